@@ -1,0 +1,151 @@
+"""The primitives step machines yield, and the pipelining helper they share.
+
+A step machine is a generator over these primitives; it makes no MPI call and
+touches no data.  The engine carries each primitive out:
+
+- ``Post(h, sends, recvs)``: start the transfers (nonblocking) and name them ``h``.
+- ``Wait(h)``: resume once every transfer of ``h`` completed.  The only point where
+  a collective can be suspended; its context is the program counter plus the
+  transfers still in flight, so nothing done before is redone.
+- ``Reduce(dst, a, b)``: dst = a (op) b.   ``Copy(dst, src)``.   ``Scale(dst, k)``: dst /= k.
+
+Regions name one of three buffers: ``SEND`` (the input, never written), ``RECV``
+(the output) and ``SCRATCH`` (engine-provided; its size is the largest extent any
+region of the program reaches).
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Iterable, Iterator, NamedTuple
+
+SEND, RECV, SCRATCH = 0, 1, 2
+BUF_NAMES = ("send", "recv", "scratch")
+
+
+class Region(NamedTuple):
+    buf: int
+    off: int
+    n: int
+
+
+class Post(NamedTuple):
+    h: int
+    sends: tuple  # ((peer, Region), ...)
+    recvs: tuple  # ((peer, Region), ...)
+
+
+class Wait(NamedTuple):
+    h: int
+
+
+class Reduce(NamedTuple):
+    dst: Region
+    a: Region
+    b: Region
+
+
+class Copy(NamedTuple):
+    dst: Region
+    src: Region
+
+
+class Scale(NamedTuple):
+    dst: Region
+    divisor: int
+
+
+class Unit(NamedTuple):
+    """One pipelined transfer: post sends/recvs, then run ``after`` once they completed."""
+    sends: tuple
+    recvs: tuple
+    after: tuple = ()
+
+
+def partition(count: int, parts: int) -> list[tuple[int, int]]:
+    """(offset, size) of ``parts`` contiguous blocks covering ``count``; sizes differ by <= 1."""
+    base, extra = divmod(count, parts)
+    return [(i * base + min(i, extra), base + (1 if i < extra else 0)) for i in range(parts)]
+
+
+def chunk_ranges(size: int, chunk: int) -> list[tuple[int, int]]:
+    """(offset, n) pieces of at most ``chunk`` elements covering ``size``."""
+    return [(lo, min(chunk, size - lo)) for lo in range(0, size, chunk)]
+
+
+def _overlaps(x: Region, y: Region) -> bool:
+    return (x.buf == y.buf and x.n > 0 and y.n > 0
+            and x.off < y.off + y.n and y.off < x.off + x.n)
+
+
+def _reads(u: Unit) -> list[Region]:
+    out = [reg for _, reg in u.sends]
+    for p in u.after:
+        if isinstance(p, Reduce):
+            out += [p.a, p.b]
+        elif isinstance(p, Copy):
+            out.append(p.src)
+        elif isinstance(p, Scale):
+            out.append(p.dst)
+    return out
+
+
+def _writes(u: Unit) -> list[Region]:
+    return [reg for _, reg in u.recvs] + [p.dst for p in u.after]
+
+
+def _conflict(posted: Unit, new: Unit) -> bool:
+    """True when ``new`` may not be posted while ``posted`` is in flight (or its after pending)."""
+    pw, pr = _writes(posted), _reads(posted)
+    nw, nr = _writes(new), _reads(new)
+    return any(_overlaps(a, b) for a in pw for b in nr + nw) or \
+        any(_overlaps(a, b) for a in pr for b in nw)
+
+
+def pipeline(units: Iterable[Unit], depth: int) -> Iterator:
+    """Keep up to ``depth`` units in flight, in order, never two that touch the same data.
+
+    Handles are the units' indices; they are unique while in flight, which is all
+    the engine needs (a handle is forgotten once waited).
+    """
+    inflight: deque = deque()
+
+    def retire():
+        h, u = inflight.popleft()
+        yield Wait(h)
+        yield from u.after
+
+    for h, u in enumerate(units):
+        if not u.sends and not u.recvs:
+            # nothing to transfer: run the local part in order
+            while inflight:
+                yield from retire()
+            yield from u.after
+            continue
+        while inflight and (len(inflight) >= depth or any(_conflict(p, u) for _, p in inflight)):
+            yield from retire()
+        yield Post(h, u.sends, u.recvs)
+        inflight.append((h, u))
+    while inflight:
+        yield from retire()
+
+
+def scratch_extent(program: Iterable) -> int:
+    """Elements of scratch a program touches (regions are data-independent, so this is exact)."""
+    top = 0
+
+    def see(reg: Region):
+        nonlocal top
+        if reg.buf == SCRATCH:
+            top = max(top, reg.off + reg.n)
+
+    for p in program:
+        if isinstance(p, Post):
+            for _, reg in p.sends + p.recvs:
+                see(reg)
+        elif isinstance(p, Reduce):
+            see(p.dst), see(p.a), see(p.b)
+        elif isinstance(p, Copy):
+            see(p.dst), see(p.src)
+        elif isinstance(p, Scale):
+            see(p.dst)
+    return top

@@ -1,0 +1,19 @@
+"""What a step machine needs to know about one collective on one rank."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+COLLECTIVES = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
+               "barrier")
+
+
+class Spec(NamedTuple):
+    coll: str
+    rank: int
+    size: int
+    count: int        # the contract's n: elements each rank contributes (per block for alltoall)
+    chunk: int = 1 << 18   # elements per pipeline chunk
+    depth: int = 2    # chunks in flight
+    root: int = 0
+    avg: bool = False  # divide the sum by size (op "avg")
+    inplace: bool = False

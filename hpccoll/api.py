@@ -1,0 +1,337 @@
+"""The public API: init, Context, Communicator."""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Optional
+
+import numpy as np
+
+from . import algorithms, collectives
+from .algorithms.spec import COLLECTIVES, Spec
+from .buffers import dtype_code, op_code
+from .config import Settings, resolve
+from .engine.task import Task
+from .errors import ArgumentError, ContextClosed, HpcCollError
+from .work import Work
+
+
+def _mpi():
+    """Import mpi4py with MPI_THREAD_MULTIPLE: the engine thread and the application
+    thread both call MPI (p2p on the engine, dup/split on the application)."""
+    import mpi4py
+    if "mpi4py.MPI" not in sys.modules:
+        mpi4py.rc.thread_level = "multiple"
+    from mpi4py import MPI
+    if not MPI.Is_initialized():
+        MPI.Init_thread(MPI.THREAD_MULTIPLE)
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        names = {MPI.THREAD_SINGLE: "SINGLE", MPI.THREAD_FUNNELED: "FUNNELED",
+                 MPI.THREAD_SERIALIZED: "SERIALIZED"}
+        raise HpcCollError(
+            "hpccoll needs MPI_THREAD_MULTIPLE (its engine thread makes MPI calls while the "
+            f"application does too), but MPI provides MPI_THREAD_{names.get(MPI.Query_thread(), '?')}. "
+            "Do not lower mpi4py.rc.thread_level before importing mpi4py.MPI, or use an MPI "
+            "library built with thread support (the 'mpich' wheel has it).")
+    return MPI
+
+
+def _key_hash(key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 1
+
+
+class Communicator:
+    """A group of ranks that collectives run on.  Every method that communicates returns
+    a ``Work`` at once; nothing blocks except ``dup``/``split``/``free`` (collective)."""
+
+    def __init__(self, ctx: "Context", mpi_comm, name: str, uid: str):
+        MPI = ctx._MPI
+        self._ctx = ctx
+        self.name = name
+        self.uid = uid
+        self.broken: Optional[BaseException] = None
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._children = 0
+        self._live_keys: dict = {}
+        self._freed = False
+        if mpi_comm == MPI.COMM_NULL:
+            self._mpi = None
+            self.rank, self.size, self.world_ranks = -1, 0, ()
+            return
+        self._mpi = mpi_comm
+        self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
+        world_group = ctx._ctl.Get_group()
+        group = mpi_comm.Get_group()
+        self.world_ranks = tuple(MPI.Group.Translate_ranks(group, list(range(self.size)), world_group))
+        group.Free()
+        world_group.Free()
+        # private duplicates: one for order-matched collectives, one for keyed ones
+        self._data = mpi_comm.Dup()
+        self._keyed = mpi_comm.Dup()
+        ub = ctx._ctl.Get_attr(MPI.TAG_UB) or 32767
+        self._tag_space = max(2, (int(ub) + 1) // 2)
+        ctx._register(self)
+
+    def __repr__(self) -> str:
+        return f"<hpccoll.Communicator {self.name!r} rank {self.rank} of {self.size}>"
+
+    # -- structure (collective over this communicator, on the calling thread) ----------
+    def _check(self) -> None:
+        self._ctx._check_open()
+        if self._mpi is None:
+            raise ArgumentError(f"this rank (world rank {self._ctx.rank}) is not a member of "
+                                f"communicator {self.name!r}")
+        if self._freed:
+            raise ContextClosed(f"communicator {self.name!r} was freed")
+        if self.broken is not None:
+            raise ContextClosed(f"communicator {self.name!r} is unusable after: {self.broken}") \
+                from self.broken
+
+    def dup(self, name: Optional[str] = None) -> "Communicator":
+        self._check()
+        self._children += 1
+        uid = f"{self.uid}/d{self._children}"
+        return Communicator(self._ctx, self._mpi.Dup(), name or f"{self.name}.dup{self._children}", uid)
+
+    def split(self, color: Optional[int], key: int = 0, name: Optional[str] = None):
+        """Like MPI_Comm_split; ranks passing color=None get None."""
+        self._check()
+        MPI = self._ctx._MPI
+        if color is not None and (isinstance(color, bool) or not isinstance(color, (int, np.integer))
+                                  or color < 0):
+            raise ArgumentError(f"color: expected a non-negative integer or None, got {color!r}")
+        self._children += 1
+        newcomm = self._mpi.Split(MPI.UNDEFINED if color is None else int(color), int(key))
+        if color is None:
+            return None
+        uid = f"{self.uid}/s{self._children}:{int(color)}"
+        return Communicator(self._ctx, newcomm,
+                            name or f"{self.name}.split{self._children}:{int(color)}", uid)
+
+    def free(self) -> None:
+        """Release this communicator's MPI resources (collective); later calls raise."""
+        if self._freed or self._mpi is None:
+            return
+        self._freed = True
+        self._ctx._unregister(self)
+        self._free_mpi()
+
+    def _free_mpi(self) -> None:
+        for c in (self._data, self._keyed, self._mpi):
+            try:
+                c.Free()
+            except Exception:
+                pass
+
+    # -- collectives ---------------------------------------------------------------------
+    def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None) -> Work:
+        self._check()
+        return self._submit(collectives.allreduce(self, sendbuf, recvbuf, op), key)
+
+    def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None) -> Work:
+        self._check()
+        return self._submit(collectives.reduce(self, sendbuf, recvbuf, op, root), key)
+
+    def broadcast(self, buf, root=0, key=None) -> Work:
+        self._check()
+        return self._submit(collectives.broadcast(self, buf, root), key)
+
+    def allgather(self, sendbuf, recvbuf=None, key=None) -> Work:
+        self._check()
+        return self._submit(collectives.allgather(self, sendbuf, recvbuf), key)
+
+    def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None) -> Work:
+        self._check()
+        return self._submit(collectives.reduce_scatter(self, sendbuf, recvbuf, op), key)
+
+    def alltoall(self, sendbuf, recvbuf=None, key=None) -> Work:
+        self._check()
+        return self._submit(collectives.alltoall(self, sendbuf, recvbuf), key)
+
+    def barrier(self, key=None) -> Work:
+        self._check()
+        return self._submit(collectives.barrier(self), key)
+
+    def _submit(self, call: collectives.Call, key: Optional[str]) -> Work:
+        ctx = self._ctx
+        s = ctx.settings
+        key = collectives.check_key(key)
+        dt = call.send.dtype
+        itemsize = dt.itemsize
+        nbytes = algorithms.message_bytes(call.coll, call.count, self.size, itemsize)
+        spec = Spec(call.coll, self.rank, self.size, call.count,
+                    chunk=max(1, s.chunk_bytes // itemsize), depth=s.pipeline_depth,
+                    root=call.root, avg=call.op == "avg", inplace=call.inplace)
+        program = algorithms.build(spec, algorithms.select(call.coll, nbytes, s.small_msg_bytes))
+        scratch = np.empty(program.scratch, dtype=dt)
+        work = Work(call.coll, ctx._engine)
+        with self._lock:
+            if key is None:
+                seq = self._seq
+                self._seq += 1
+                ident, tag, mpi_comm = seq, (seq % self._tag_space) * 2, self._data
+            else:
+                if key in self._live_keys:
+                    raise ArgumentError(f"key: {key!r} is already pending on communicator "
+                                        f"{self.name!r}; wait for it before reusing the key")
+                h = _key_hash(key)
+                tag = (h % self._tag_space) * 2
+                clash = [k for k, t in self._live_keys.items() if t == tag]
+                if clash:
+                    raise ArgumentError(f"key: {key!r} and the pending key {clash[0]!r} map to the "
+                                        "same message tag on this communicator; rename one")
+                self._live_keys[key] = tag
+                seq, ident, mpi_comm = None, h, self._keyed
+            fp = None
+            if s.check_mismatch and self.size > 1:
+                fp = np.array([COLLECTIVES.index(call.coll) + 1, dtype_code(dt), call.count,
+                               call.root, op_code(call.op), ident], dtype=np.int64)
+            task = Task(work, self, call.coll, dt, call.count, call.root, call.op, seq, key, tag,
+                        mpi_comm, program, [call.send.flat, call.recv.flat, scratch], call.result, fp)
+            work._task = task
+            ctx._engine.submit(task, inline=nbytes <= s.inline_bytes and ctx._engine.idle())
+        return work
+
+    def _retire(self, task) -> None:
+        if task.key is not None:
+            with self._lock:
+                self._live_keys.pop(task.key, None)
+
+
+class Context:
+    """hpccoll's state on one rank: settings, the engine thread, the control
+    communicator and every Communicator.  Use as a context manager or call close()."""
+
+    def __init__(self, comm=None, settings: Optional[Settings] = None):
+        MPI = _mpi()
+        self._MPI = MPI
+        self.settings = settings or resolve()
+        base = MPI.COMM_WORLD if comm is None else comm
+        if base == MPI.COMM_NULL:
+            raise ArgumentError("comm: expected a communicator this rank belongs to, got COMM_NULL")
+        self._closed = False
+        self._comms: list = []
+        self._ctl = base.Dup()
+        self.rank, self.size = self._ctl.Get_rank(), self._ctl.Get_size()
+        from .engine import Engine
+        self._engine = Engine(self, self.settings, self._ctl)
+        self.world = Communicator(self, base.Dup(), "world", "w")
+        _OPEN.add(self)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else self.settings.policy
+        return f"<hpccoll.Context rank {self.rank} of {self.size} ({state})>"
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def policy(self) -> str:
+        return self.settings.policy
+
+    def wrap(self, mpi_comm, name: Optional[str] = None) -> Communicator:
+        """A Communicator over an existing mpi4py communicator (collective over it).  Ranks
+        that pass MPI.COMM_NULL get a Communicator whose collectives raise."""
+        self._check_open()
+        if mpi_comm == self._MPI.COMM_NULL:
+            return Communicator(self, mpi_comm, name or "null", "null")
+        n = len(self._comms)
+        return Communicator(self, mpi_comm.Dup(), name or f"wrapped{n}", f"x{n}:{name}")
+
+    def stats(self) -> dict:
+        return self._engine.stats()
+
+    # -- internals ---------------------------------------------------------------------
+    def _register(self, comm: Communicator) -> None:
+        self._comms.append(comm)
+
+    def _unregister(self, comm: Communicator) -> None:
+        if comm in self._comms:
+            self._comms.remove(comm)
+
+    def _communicators(self) -> list:
+        return list(self._comms)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ContextClosed("this hpccoll context is closed; create a new one with hpccoll.init()")
+        broken = self._engine.broken
+        if broken is not None:
+            first = str(broken).splitlines()[0]
+            raise ContextClosed(
+                f"this hpccoll context is unusable after {type(broken).__name__} ({first}); "
+                "close it and restart the job") from broken
+
+    # -- shutdown ----------------------------------------------------------------------
+    def close(self) -> None:
+        """Collective and idempotent: finish pending collectives, stop the engine, wait for
+        the other ranks (up to close_timeout), free every private communicator."""
+        if self._closed:
+            return
+        self._closed = True
+        _OPEN.discard(self)
+        engine = self._engine
+        while engine.pending() and engine.broken is None:
+            time.sleep(0.001)
+        # wait for the other ranks with the engine still running: it keeps answering their
+        # watchdog report requests (a rank whose timeout fired a moment later than ours)
+        healthy = engine.broken is None
+        wait = self.settings.close_timeout if healthy else self.settings.report_wait + 2.0
+        req = self._ctl.Ibarrier()
+        deadline = time.monotonic() + wait
+        synced = True
+        while not req.Test():
+            if time.monotonic() > deadline:
+                synced = False
+                if healthy:
+                    print(f"hpccoll: rank {self.rank}: close() gave up waiting for the other ranks "
+                          f"after {wait:g} s", file=sys.stderr)
+                break
+            time.sleep(0.0005)
+        engine.stop()
+        if synced:
+            for c in self._comms:
+                c._free_mpi()
+        self._comms = []
+        self.world._freed = True
+
+    def _abandon(self) -> None:
+        """At interpreter exit without close(): stop the engine, nothing collective."""
+        if not self._closed:
+            self._closed = True
+            self._engine.stop(wait=1.0)
+
+
+_OPEN: "weakref.WeakSet[Context]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    for ctx in list(_OPEN):
+        ctx._abandon()
+
+
+def init(comm=None, policy: Optional[str] = None, timeout: Optional[float] = None,
+         **options: Any) -> Context:
+    """Start hpccoll on ``comm`` (default MPI.COMM_WORLD); collective over it.
+
+    policy: "preemptive" | "ordered" | "fifo".  timeout: seconds without progress before a
+    collective raises CollectiveTimeout (None = off).  options: the engine knobs of
+    hpccoll.config (max_active, spin_threshold, stickiness, head_tries, idle_polls,
+    chunk_bytes, ...).  HPCCOLL_<NAME> environment variables override defaults; explicit
+    arguments win.
+    """
+    overrides = dict(options)
+    if policy is not None:
+        overrides["policy"] = policy
+    if timeout is not None:
+        overrides["timeout"] = timeout
+    return Context(comm, resolve(overrides))

@@ -1,0 +1,156 @@
+"""Buffers, dtypes and reduction ops.
+
+Everything here runs before a collective is queued: a bad argument raises an
+error that names the argument and says what was expected.  Buffers are handled
+as flat 1-D views; the engine only ever touches ``Buffer.flat``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from .errors import ArgumentError, ArgumentTypeError
+
+try:  # bfloat16 where ml_dtypes is installed (the contract says "where ml_dtypes exists")
+    import ml_dtypes as _ml_dtypes
+    _BFLOAT16 = np.dtype(_ml_dtypes.bfloat16)
+except Exception:  # pragma: no cover - optional dependency
+    _BFLOAT16 = None
+
+# The contract's dtypes first; the others exist for the mpi4py adapter.
+_DTYPE_NAMES = ["int8", "uint8", "int32", "int64", "float16", "float32", "float64",
+                "int16", "uint16", "uint32", "uint64", "complex64", "complex128", "bool"]
+DTYPES: dict[str, np.dtype] = {n: np.dtype(n) for n in _DTYPE_NAMES}
+if _BFLOAT16 is not None:
+    DTYPES["bfloat16"] = _BFLOAT16
+CONTRACT_DTYPES = ("int8", "uint8", "int32", "int64", "float16", "float32", "float64")
+_DTYPE_CODE = {dt: i + 1 for i, dt in enumerate(DTYPES.values())}
+
+# op name -> (binary ufunc, kinds it accepts: i=signed u=unsigned f=float c=complex b=bool)
+OPS: dict[str, tuple[Any, str]] = {
+    "sum": (np.add, "iufc"),
+    "prod": (np.multiply, "iufc"),
+    "min": (np.minimum, "iuf"),
+    "max": (np.maximum, "iuf"),
+    "avg": (np.add, "fc"),   # sum, then divided by the number of ranks
+    "land": (np.logical_and, "iub"),
+    "lor": (np.logical_or, "iub"),
+    "lxor": (np.logical_xor, "iub"),
+    "band": (np.bitwise_and, "iub"),
+    "bor": (np.bitwise_or, "iub"),
+    "bxor": (np.bitwise_xor, "iub"),
+}
+CONTRACT_OPS = ("sum", "prod", "min", "max", "avg")
+_OP_CODE = {name: i + 1 for i, name in enumerate(OPS)}
+
+
+def dtype_kind(dt: np.dtype) -> str:
+    if dt == _BFLOAT16:
+        return "f"
+    return dt.kind
+
+
+def dtype_name(dt: np.dtype) -> str:
+    return "bfloat16" if dt == _BFLOAT16 else dt.name
+
+
+def dtype_code(dt: np.dtype) -> int:
+    return _DTYPE_CODE.get(dt, 0)
+
+
+def op_code(op: Optional[str]) -> int:
+    return _OP_CODE.get(op, 0) if op else 0
+
+
+def check_op(op: Any, dt: np.dtype) -> str:
+    if not isinstance(op, str) or op.lower() not in OPS:
+        raise ArgumentError(f"op: expected one of {', '.join(CONTRACT_OPS)}, got {op!r}")
+    op = op.lower()
+    kinds = OPS[op][1]
+    if dtype_kind(dt) not in kinds:
+        if op == "avg":
+            raise ArgumentError(f"op: 'avg' needs a floating dtype, got {dtype_name(dt)} "
+                                "(use 'sum' and divide, or convert to float first)")
+        raise ArgumentError(f"op: {op!r} is not defined for dtype {dtype_name(dt)}")
+    return op
+
+
+def reduce_into(op: str, dst: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """dst = a (op) b, elementwise; dst may alias a or b.
+
+    Integer arithmetic wraps like MPI's; float16 is combined pairwise in float16,
+    each step rounded once, like MPI_SUM on MPI_FLOAT16 implementations.
+    """
+    OPS[op][0](a, b, out=dst)
+
+
+def scale_into(dst: np.ndarray, divisor: int) -> None:
+    """The second half of 'avg': every rank divides the same sum by the same number."""
+    np.divide(dst, divisor, out=dst, casting="unsafe")
+
+
+@dataclass
+class Buffer:
+    """A validated array and its flat 1-D view (what the engine reads and writes)."""
+    array: Any
+    flat: np.ndarray
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.flat.dtype
+
+    @property
+    def size(self) -> int:
+        return self.flat.size
+
+    @property
+    def address(self) -> int:
+        return self.flat.__array_interface__["data"][0] if self.flat.size else 0
+
+    def same_memory(self, other: "Buffer") -> bool:
+        return self.array is other.array or (
+            np.may_share_memory(self.flat, other.flat) and self.address == other.address
+            and self.nbytes == other.nbytes)
+
+    @property
+    def nbytes(self) -> int:
+        return self.flat.nbytes
+
+
+def as_buffer(obj: Any, name: str, *, writable: bool = False) -> Buffer:
+    """Validate an array argument: a C-contiguous NumPy array of a supported dtype."""
+    if not isinstance(obj, np.ndarray):
+        kind = type(obj).__name__
+        hint = ""
+        if hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__"):
+            hint = " (device arrays are not supported by this build yet)"
+        raise ArgumentTypeError(f"{name}: expected a numpy.ndarray, got {kind}{hint}")
+    if obj.dtype not in _DTYPE_CODE:
+        raise ArgumentTypeError(
+            f"{name}: dtype {obj.dtype} is not supported; expected one of {', '.join(DTYPES)}")
+    if not obj.flags.c_contiguous:
+        raise ArgumentError(f"{name}: expected a C-contiguous array (use numpy.ascontiguousarray)")
+    if writable and not obj.flags.writeable:
+        raise ArgumentError(f"{name}: expected a writable array, got a read-only one")
+    return Buffer(obj, obj if obj.ndim == 1 else obj.ravel())
+
+
+def new_buffer(n: int, dt: np.dtype) -> Buffer:
+    arr = np.empty(n, dtype=dt)
+    return Buffer(arr, arr)
+
+
+def check_recvbuf(recvbuf: Any, expected: int, dt: np.dtype, what: str) -> Buffer:
+    rb = as_buffer(recvbuf, "recvbuf", writable=True)
+    if rb.dtype != dt:
+        raise ArgumentTypeError(
+            f"recvbuf: dtype {dtype_name(rb.dtype)} differs from sendbuf's {dtype_name(dt)}")
+    if rb.size != expected:
+        raise ArgumentError(f"recvbuf: expected {expected} elements ({what}), got {rb.size}")
+    return rb
+
+
+def overlap(a: Buffer, b: Buffer) -> bool:
+    return a.size > 0 and b.size > 0 and np.may_share_memory(a.flat, b.flat)

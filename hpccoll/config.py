@@ -1,0 +1,228 @@
+"""The one settings registry.
+
+Every knob is declared once in ``SETTINGS`` with its type, default, choices and
+documentation.  Each has an environment twin ``HPCCOLL_<NAME>``.  Precedence:
+explicit argument > environment variable > default.  Unknown names are rejected.
+
+``python -m hpccoll config`` prints the effective settings and where each came
+from; ``python -m hpccoll config --markdown`` writes docs/config.md.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from .errors import ArgumentError
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected one of 1/0/true/false/yes/no/on/off, got {text!r}")
+
+
+def _parse_optional_float(text: str) -> Optional[float]:
+    if text.strip().lower() in ("", "none", "off", "0"):
+        return None
+    return float(text)
+
+
+def _parse_size(text: str) -> int:
+    """Byte counts accept K/M/G suffixes (powers of 1024), like nccl-tests."""
+    t = text.strip().upper().rstrip("B").rstrip("I")
+    mult = 1
+    if t and t[-1] in "KMG":
+        mult = 1024 ** ("KMG".index(t[-1]) + 1)
+        t = t[:-1]
+    return int(float(t) * mult)
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    type: type
+    default: Any
+    doc: str
+    choices: tuple = ()
+    minimum: Optional[float] = None
+    parse: Optional[Callable[[str], Any]] = None
+    allow_none: bool = False
+
+    @property
+    def env(self) -> str:
+        return "HPCCOLL_" + self.name.upper()
+
+    def from_text(self, text: str) -> Any:
+        if self.parse is not None:
+            return self.parse(text)
+        if self.type is bool:
+            return _parse_bool(text)
+        return self.type(text)
+
+    def check(self, value: Any, where: str) -> Any:
+        if value is None and self.allow_none:
+            return None
+        if self.type is bool:
+            if not isinstance(value, (bool, int)):
+                raise ArgumentError(f"{where}: expected a bool, got {value!r}")
+            return bool(value)
+        if self.type in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ArgumentError(f"{where}: expected a number, got {value!r}")
+            value = self.type(value)
+            if self.minimum is not None and value < self.minimum:
+                raise ArgumentError(f"{where}: expected a value >= {self.minimum}, got {value!r}")
+            return value
+        if not isinstance(value, self.type):
+            raise ArgumentError(f"{where}: expected {self.type.__name__}, got {value!r}")
+        if self.choices and value not in self.choices:
+            raise ArgumentError(f"{where}: expected one of {', '.join(map(repr, self.choices))}, got {value!r}")
+        return value
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("policy", str, "fifo",
+            "Scheduling policy of the engine: 'preemptive' (DFCCL: waiting collectives yield), "
+            "'ordered' (token-passing global launch order) or 'fifo' (NCCL-like: issue order, run to "
+            "completion; may deadlock when ranks issue in different orders).",
+            choices=("fifo",)),
+    Setting("timeout", float, None,
+            "Seconds without progress after which a pending collective raises CollectiveTimeout on "
+            "every stuck rank, with a report of all ranks' pending collectives. None/0 = off.",
+            minimum=0.0, parse=_parse_optional_float, allow_none=True),
+    Setting("max_active", int, 1,
+            "Collectives that may hold an execution slot at once (posted transfers). 1 models a GPU "
+            "whose resources one collective fills.", minimum=1),
+    Setting("spin_threshold", int, 80,
+            "Preemptive: base number of polls a waiting collective spins before it yields; the "
+            "threshold is spin_threshold x min(consecutive tries, head_tries).", minimum=1),
+    Setting("stickiness", int, 5,
+            "Preemptive: after a wait succeeds after k polls, threshold = max(threshold, "
+            "stickiness x k), so a collective whose peers are active holds on longer.", minimum=0),
+    Setting("head_tries", int, 5,
+            "Preemptive: tries the head of the task queue gets before the daemon moves on.",
+            minimum=1),
+    Setting("idle_polls", int, 16,
+            "Polls with no work after which the daemon parks (sleeps until a submission wakes "
+            "it). Polls with no work are spaced by poll_sleep_us.", minimum=0),
+    Setting("chunk_bytes", int, 1 << 20,
+            "Pipeline chunk of the large-message algorithms; every chunk boundary is a point where "
+            "a collective can be suspended and resumed.", minimum=1, parse=_parse_size),
+    Setting("small_msg_bytes", int, 64 << 10,
+            "Messages up to this many bytes use latency-optimal algorithms (recursive doubling, "
+            "binomial trees, Bruck); larger ones use pipelined rings and chains.",
+            minimum=0, parse=_parse_size),
+    Setting("pipeline_depth", int, 2,
+            "Chunks a pipelined algorithm keeps in flight.", minimum=1),
+    Setting("check_mismatch", bool, True,
+            "Send a fingerprint (collective, dtype, count, root, op) with the first message of every "
+            "collective so that ranks that disagree raise CollectiveMismatch instead of hanging."),
+    Setting("report_wait", float, 1.0,
+            "Seconds a rank that hit the timeout waits for the other ranks' reports.", minimum=0.0),
+    Setting("spin_polls", int, 32,
+            "Engine passes without progress before the engine starts to sleep between polls "
+            "(sleeping releases the GIL for the application).", minimum=0),
+    Setting("poll_sleep_us", float, 100.0,
+            "Longest sleep in microseconds between polls while collectives are pending (the sleep "
+            "grows from 0 to this; new submissions cut it short).", minimum=0.0),
+    Setting("close_timeout", float, 60.0,
+            "Seconds close() waits for the other ranks to close before giving up with a warning.",
+            minimum=0.0),
+    Setting("inline_bytes", int, 4096,
+            "Collectives up to this size are driven by the calling thread when the engine is idle, "
+            "avoiding the thread hand-off (0 disables).", minimum=0, parse=_parse_size),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+class Settings:
+    """Resolved values as attributes, plus ``sources``: where each came from
+    ('argument', 'environment' or 'default')."""
+
+    def __init__(self, values: dict, sources: dict):
+        self.__dict__.update(values)
+        self.values = dict(values)
+        self.sources = dict(sources)
+
+    def as_dict(self) -> dict:
+        return dict(self.values)
+
+    def __repr__(self) -> str:
+        return f"Settings({self.values!r})"
+
+
+def resolve(overrides: Optional[dict] = None, environ: Optional[dict] = None) -> Settings:
+    """Explicit overrides > HPCCOLL_<NAME> environment > defaults.  Unknown names raise."""
+    overrides = dict(overrides or {})
+    environ = os.environ if environ is None else environ
+    unknown = sorted(set(overrides) - set(_BY_NAME))
+    if unknown:
+        raise ArgumentError(
+            f"unknown option(s) {', '.join(unknown)}; known options: {', '.join(sorted(_BY_NAME))}")
+    values, sources = {}, {}
+    for s in SETTINGS:
+        if s.name in overrides and overrides[s.name] is not None:
+            values[s.name] = s.check(overrides[s.name], f"argument {s.name}")
+            sources[s.name] = "argument"
+        elif s.env in environ:
+            try:
+                raw = s.from_text(environ[s.env])
+            except ValueError as exc:
+                raise ArgumentError(f"environment variable {s.env}: {exc}") from None
+            values[s.name] = s.check(raw, f"environment variable {s.env}")
+            sources[s.name] = "environment"
+        else:
+            values[s.name] = s.default
+            sources[s.name] = "default"
+    if values["timeout"] == 0:
+        values["timeout"] = None
+    return Settings(values, sources)
+
+
+def describe(settings: Optional[Settings] = None) -> str:
+    settings = settings or resolve()
+    width = max(len(s.name) for s in SETTINGS)
+    lines = [f"{'setting':<{width}}  {'value':<12} source       environment variable"]
+    for s in SETTINGS:
+        lines.append(f"{s.name:<{width}}  {settings.values[s.name]!s:<12} "
+                     f"{settings.sources[s.name]:<12} {s.env}")
+    return "\n".join(lines)
+
+
+def markdown() -> str:
+    lines = [
+        "# Settings",
+        "",
+        "Generated from `hpccoll/config.py` by `python -m hpccoll config --markdown`; do not edit.",
+        "",
+        "Pass them to `hpccoll.init(name=value)` or set `HPCCOLL_<NAME>` in the environment; an",
+        "explicit argument wins over the environment, which wins over the default.",
+        "`python -m hpccoll config` prints the effective values and where each came from.",
+        "",
+        "| name | environment | type | default | description |",
+        "|---|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        typ = s.type.__name__ + (" or None" if s.allow_none else "")
+        doc = s.doc + (f" Choices: {', '.join(s.choices)}." if s.choices else "")
+        lines.append(f"| `{s.name}` | `{s.env}` | {typ} | `{s.default!r}` | {doc} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[list] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--markdown" in argv:
+        sys.stdout.write(markdown())
+    else:
+        print(describe())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

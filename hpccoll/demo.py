@@ -1,0 +1,131 @@
+"""The main job: every collective on host arrays, each checked against the MPI
+library's own collective on the same inputs, timed against it in the same run.
+
+    mpiexec -n 4 python -m hpccoll.demo [--sizes 8,64K,1M] [--iters 20] [--colls ...]
+
+Prints a one-screen summary on rank 0 and exits nonzero if any check failed.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+import hpccoll
+from .timing import human_bytes, parse_bytes, time_interleaved
+
+COLLS = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier")
+
+
+def _case(ctx, comm, mpi, coll: str, nbytes: int):
+    """(hpccoll call, MPI call, check) for one collective on float32 inputs of ~nbytes."""
+    from mpi4py import MPI
+    n, r = comm.size, comm.rank
+    count = max(1, nbytes // 4)
+    rng = np.random.default_rng(r + 17 * count)
+    per = max(1, count // n)          # per-block count for the *-scatter/gather/all collectives
+    if coll in ("allreduce", "reduce"):
+        x = rng.integers(-8, 8, count).astype(np.float32)   # integral values: exact sums
+        out, ref = np.empty_like(x), np.empty_like(x)
+        if coll == "allreduce":
+            ours = lambda: comm.allreduce(x, out).wait()
+            theirs = lambda: mpi.Allreduce(x, ref)
+        else:
+            ours = lambda: comm.reduce(x, out, root=0).wait()
+            theirs = lambda: mpi.Reduce(x, ref, root=0)
+        check = lambda: r != 0 and coll == "reduce" or np.array_equal(out, ref)
+    elif coll == "broadcast":
+        x = rng.integers(-8, 8, count).astype(np.float32)
+        a, b = x.copy(), x.copy()
+        ours = lambda: comm.broadcast(a, root=n - 1).wait()
+        theirs = lambda: mpi.Bcast(b, root=n - 1)
+        check = lambda: np.array_equal(a, b)
+    elif coll == "allgather":
+        x = rng.integers(-8, 8, per).astype(np.float32)
+        out, ref = np.empty(n * per, np.float32), np.empty(n * per, np.float32)
+        ours = lambda: comm.allgather(x, out).wait()
+        theirs = lambda: mpi.Allgather(x, ref)
+        check = lambda: np.array_equal(out, ref)
+    elif coll == "reduce_scatter":
+        x = rng.integers(-8, 8, n * per).astype(np.float32)
+        out, ref = np.empty(per, np.float32), np.empty(per, np.float32)
+        ours = lambda: comm.reduce_scatter(x, out).wait()
+        theirs = lambda: mpi.Reduce_scatter_block(x, ref)
+        check = lambda: np.array_equal(out, ref)
+    elif coll == "alltoall":
+        x = rng.integers(-8, 8, n * per).astype(np.float32)
+        out, ref = np.empty_like(x), np.empty_like(x)
+        ours = lambda: comm.alltoall(x, out).wait()
+        theirs = lambda: mpi.Alltoall(x, ref)
+        check = lambda: np.array_equal(out, ref)
+    else:
+        ours = lambda: comm.barrier().wait()
+        theirs = lambda: mpi.Barrier()
+        check = lambda: True
+    return ours, theirs, check
+
+
+def run(args) -> int:
+    from mpi4py import MPI
+    mpi = MPI.COMM_WORLD
+    t_start = time.perf_counter()
+    failures = 0
+    rows = []
+    with hpccoll.init(policy=args.policy, timeout=args.timeout) as ctx:
+        comm = ctx.world
+        for coll in args.colls:
+            sizes = [0] if coll == "barrier" else args.sizes
+            for nbytes in sizes:
+                ours, theirs, check = _case(ctx, comm, mpi, coll, nbytes)
+                t_ours, t_mpi = time_interleaved(mpi, [ours, theirs], args.iters, warmup=2)
+                ok = bool(check())
+                all_ok = mpi.allreduce(ok, op=MPI.LAND)
+                failures += not all_ok
+                rows.append((coll, nbytes, np.median(t_ours), np.median(t_mpi), all_ok))
+        policy = ctx.policy
+    if mpi.rank == 0:
+        lib = MPI.Get_library_version().splitlines()[0].strip()
+        print(f"hpccoll {hpccoll.__version__}: {mpi.size} ranks, {lib}, policy {policy}, "
+              f"host arrays (float32), {args.iters} iterations, medians of the slowest rank")
+        print(f"{'collective':<15}{'size':>10}{'hpccoll (us)':>14}{'MPI (us)':>11}{'ratio':>8}"
+              f"  check vs MPI")
+        for coll, nbytes, a, b, ok in rows:
+            size = "-" if coll == "barrier" else human_bytes(nbytes)
+            print(f"{coll:<15}{size:>10}{a * 1e6:>14.1f}{b * 1e6:>11.1f}{b / a:>8.2f}"
+                  f"  {'ok' if ok else 'WRONG'}")
+        print("ratio = MPI time / hpccoll time (> 1: hpccoll faster)")
+        verdict = "all checks passed" if not failures else f"{failures} check(s) FAILED"
+        print(f"{len(rows)} cases, {verdict}, {time.perf_counter() - t_start:.1f} s")
+    return 1 if failures else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hpccoll.demo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="8,64K,1M",
+                   help="message sizes in bytes (K/M/G suffixes), comma-separated")
+    p.add_argument("--iters", type=int, default=10, help="timed iterations per case")
+    p.add_argument("--colls", default=",".join(COLLS), help="collectives, comma-separated")
+    p.add_argument("--policy", default=None, help="scheduling policy (default: HPCCOLL_POLICY or fifo)")
+    p.add_argument("--timeout", type=float, default=60.0, help="watchdog timeout in seconds")
+    args = p.parse_args(argv)
+    args.sizes = [parse_bytes(s) for s in args.sizes.split(",") if s]
+    args.colls = [c.strip() for c in args.colls.split(",") if c.strip()]
+    bad = [c for c in args.colls if c not in COLLS]
+    if bad:
+        p.error(f"--colls: unknown collective(s) {bad}; choose from {', '.join(COLLS)}")
+    try:
+        return run(args)
+    except BaseException:
+        # an error on one rank must not leave the others hanging
+        import traceback
+        traceback.print_exc()
+        from mpi4py import MPI
+        MPI.COMM_WORLD.Abort(1)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,314 @@
+"""The engine ("daemon"): one progress thread per rank that owns every data-path
+MPI call.
+
+    submit() --> SQ (deque) --> policy.admit --> policy.step polls/starts/switches
+                                                   |
+    Work.wait() <-- event + callbacks (CQ) <-- retire()
+
+The thread never spins in pure Python while holding the GIL for long: after
+``spin_polls`` passes without progress it sleeps between polls (growing to
+``poll_sleep_us``), and a new submission cuts the sleep short.  With nothing
+pending it parks on an Event, waking every 50 ms only to answer control
+messages (watchdog reports from other ranks).
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import deque
+
+from . import policies
+from .control import HOST, PID, TAG_REPORT, TAG_REPORT_REQ, TAG_TOKEN, Control
+from .task import FAILED, RUNNING
+from .watchdog import format_report
+from ..errors import CollectiveMismatch, CollectiveTimeout, HpcCollError
+
+PARK_SECONDS = 0.01     # parked engines look for work and control messages this often
+CTL_EVERY = 16          # passes between control polls while busy
+
+
+class Engine:
+    def __init__(self, ctx, settings, ctl_comm):
+        self.ctx = ctx
+        self.settings = settings
+        self.policy = policies.make(settings)
+        self.control = Control(ctl_comm)
+        self.sq: deque = deque()
+        self.wake = threading.Event()
+        self.lock = threading.Lock()      # held by whoever drives progress
+        self._want = 0                    # waiters that want to drive
+        self._want_lock = threading.Lock()
+        self._resume = threading.Event()
+        self.broken: BaseException | None = None
+        self.token_handler = None     # set by the ordered policy
+        self._stop = False
+        self._sleeping = False            # the daemon waits on ``wake`` (submit must set it)
+        self._report = None
+        self._report_id = 0
+        self._last_tasks = None
+        self._live = 0
+        # counters (per daemon)
+        self.passes = self.parks = self.wakeups = 0
+        self.switches = 0
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name=f"hpccoll-engine-r{self.control.rank}")
+        self.thread.start()
+
+    # -- application side -------------------------------------------------------------
+    def submit(self, task, inline: bool = False) -> None:
+        """Queue a task.  ``inline``: a small collective on an idle engine is left for the
+        caller's wait()/test() to drive, without waking the daemon (the wake-up and the
+        GIL hand-off would cost more than the collective); the parked daemon still picks
+        it up within PARK_SECONDS if nobody waits."""
+        self.sq.append(task)
+        if not inline and self._sleeping:
+            self.wake.set()
+
+    def idle(self) -> bool:
+        return self._live == 0 and not self.sq
+
+    def poke(self) -> None:
+        """One pass if nobody else is driving (Work.test())."""
+        if self.lock.acquire(blocking=False):
+            try:
+                self._pass()
+            finally:
+                self.lock.release()
+
+    def pending(self) -> int:
+        return self._live + len(self.sq)
+
+    def stop(self, wait: float = 10.0) -> None:
+        self._stop = True
+        self.wake.set()
+        self._resume.set()
+        if threading.current_thread() is not self.thread:
+            self.thread.join(wait)
+
+    def stats(self) -> dict:
+        return {"passes": self.passes, "parks": self.parks, "wakeups": self.wakeups,
+                "switches": self.switches, "policy": self.policy.name}
+
+    # -- driving progress ----------------------------------------------------------------
+    def _backoff(self, idle: int, event: threading.Event | None = None) -> None:
+        """After ``spin_polls`` fruitless passes, sleep (GIL released) for a time that grows
+        to ``poll_sleep_us``; ``event`` (new submissions) cuts it short."""
+        s = self.settings
+        if idle <= s.spin_polls:
+            return
+        delay = min(s.poll_sleep_us, 2.0 ** min(idle - s.spin_polls, 20)) * 1e-6
+        if event is None:
+            time.sleep(delay)
+        else:
+            self._sleep(event, delay)
+
+    def _sleep(self, event: threading.Event, seconds: float) -> bool:
+        """Daemon sleep that a submission interrupts.  ``_sleeping`` is raised before the
+        queue is checked, so a submission either sees it and sets the event, or is seen."""
+        self._sleeping = True
+        try:
+            if self.sq:
+                return True
+            return event.wait(seconds)
+        finally:
+            self._sleeping = False
+            event.clear()
+
+    def drive(self, work, timeout: float | None) -> None:
+        """Called by Work.wait(): the waiting thread drives the engine itself, so the result
+        needs no hand-off between threads (a hand-off costs the waiter a GIL switch
+        interval when the engine thread is busy).  The daemon steps aside meanwhile."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._want_lock:
+            self._want += 1
+            self._resume.clear()
+        try:
+            while not work._done:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return
+                # short timeouts: another waiter may drive and complete our work meanwhile
+                if not self.lock.acquire(timeout=0.002 if left is None else min(left, 0.002)):
+                    continue
+                try:
+                    idle = 0
+                    while not work._done:
+                        if self._pass():
+                            idle = 0
+                            continue
+                        idle += 1
+                        if deadline is not None and time.monotonic() > deadline:
+                            return
+                        self._backoff(idle)
+                finally:
+                    self.lock.release()
+        finally:
+            with self._want_lock:
+                self._want -= 1
+                if self._want == 0 and (self._live or self.sq or self._report is not None):
+                    self._resume.set()     # work is left: the daemon takes over
+
+    def _run(self) -> None:
+        s = self.settings
+        idle = 0
+        try:
+            while True:
+                if self._want:      # a waiter drives; stay out of its way
+                    self._resume.wait(PARK_SECONDS)
+                    idle = 0
+                    continue
+                with self.lock:
+                    progressed = self._pass()
+                if self._stop and (self._live == 0 and not self.sq or self.broken is not None):
+                    return
+                if progressed:
+                    idle = 0
+                    continue
+                idle += 1
+                if self.sq:
+                    continue
+                if self._live == 0 and self._report is None:
+                    # no work: a few slow polls (idle_polls), then park until a submission;
+                    # a parked daemon still serves control messages every PARK_SECONDS
+                    if idle > s.idle_polls:
+                        self.parks += 1
+                        if self._sleep(self.wake, PARK_SECONDS):
+                            self.wakeups += 1
+                            idle = 0
+                    else:
+                        self._sleep(self.wake, s.poll_sleep_us * 1e-6)
+                    continue
+                self._backoff(idle, self.wake)
+        except BaseException as exc:  # a bug in hpccoll must not hang the application
+            err = HpcCollError(f"hpccoll engine thread failed: {exc!r}")
+            err.__cause__ = exc
+            self._break(err)
+            for t in list(self.policy.live()) + list(self.sq):
+                t.fail(err)
+                self._complete(t, admitted=t in self.policy.live())
+
+    def _pass(self) -> bool:
+        progressed = False
+        while self.sq:
+            task = self.sq.popleft()
+            progressed = True
+            error = self.broken or task.comm.broken
+            if error is not None:
+                task.fail(error)
+                self._complete(task, admitted=False)
+                continue
+            self._live += 1
+            self.policy.admit(task)
+        if self._live and self.broken is None:
+            progressed |= self.policy.step(self)
+        self.passes += 1
+        if not progressed or self.passes % CTL_EVERY == 0:
+            self._serve_control()
+        if self.settings.timeout is not None and self._report is None and self.broken is None:
+            self._check_timeout()
+        if self._report is not None:
+            self._report_progress()
+        return progressed
+
+    # -- task lifecycle (called by policies) ------------------------------------------------
+    def launch(self, task) -> None:
+        self.switches += 1
+        try:
+            task.start()
+        except HpcCollError as exc:
+            task.fail(exc)
+        except Exception as exc:  # MPI errors at post time
+            task.fail(HpcCollError(f"{task.describe()}: {exc}"))
+
+    def retire(self, task) -> None:
+        if task.state == FAILED and isinstance(task.error, CollectiveMismatch) \
+                and task.comm.broken is None:
+            self._break_comm(task.comm, task.error)
+        self._complete(task)
+
+    def _complete(self, task, admitted: bool = True) -> None:
+        """Hand a finished task back to its Work, exactly once."""
+        if task.retired:
+            return
+        task.retired = True
+        if admitted:
+            self.policy.remove(task)
+            self._live -= 1
+        if task.state == FAILED:
+            task.cancel_transfers()
+        task.comm._retire(task)
+        task.work._finish(task)
+
+    def _break_comm(self, comm, exc) -> None:
+        """A communicator whose ranks disagreed is unusable (stray messages may remain on
+        its tags): fail everything pending on it.  Every member saw the same fingerprints,
+        so every member breaks it at the same collective."""
+        comm.broken = exc
+        for other in list(self.policy.live()):
+            if other.comm is comm:
+                other.fail(exc)
+                self._complete(other)
+
+    # -- control plane -----------------------------------------------------------------
+    def _serve_control(self) -> None:
+        ctl = self.control
+        for src, tag, obj in ctl.receive():
+            if tag == TAG_REPORT_REQ:
+                ctl.send((obj, self.snapshot()), src, TAG_REPORT)
+            elif tag == TAG_REPORT:
+                rid, snap = obj
+                if self._report is not None and rid == self._report["id"]:
+                    self._report["snaps"][src] = snap
+            elif tag == TAG_TOKEN and self.token_handler is not None:
+                self.token_handler(src, obj)
+        ctl.reap()
+
+    def snapshot(self) -> dict:
+        status = "ok" if self.broken is None else f"failed: {type(self.broken).__name__}"
+        # a rank whose own watchdog already fired reports what was pending when it did
+        tasks = self._last_tasks if self.broken is not None and self._last_tasks is not None \
+            else [t.snapshot() for t in self.policy.live()]
+        return {"rank": self.control.rank, "host": HOST, "pid": PID, "status": status,
+                "policy": self.policy.name, "tasks": tasks}
+
+    # -- watchdog ------------------------------------------------------------------------
+    def _check_timeout(self) -> None:
+        now = time.monotonic()
+        limit = self.settings.timeout
+        for t in self.policy.live():
+            if t.state == RUNNING and now - t.last_progress > limit:
+                self._start_report(t, now - t.last_progress)
+                return
+
+    def _start_report(self, task, idle: float) -> None:
+        self._report_id += 1
+        rid = (self.control.rank, self._report_id)
+        self._report = {
+            "id": rid, "deadline": time.monotonic() + self.settings.report_wait,
+            "snaps": {self.control.rank: self.snapshot()},
+            "trigger": {"rank": self.control.rank, "what": task.describe(), "idle": idle,
+                        "timeout": self.settings.timeout, "policy": self.policy.name},
+        }
+        self.control.broadcast(rid, range(self.control.size), TAG_REPORT_REQ)
+
+    def _report_progress(self) -> None:
+        rep = self._report
+        if len(rep["snaps"]) < self.control.size and time.monotonic() < rep["deadline"]:
+            return
+        self._report = None
+        self._last_tasks = rep["snaps"][self.control.rank]["tasks"]
+        text = format_report(rep["trigger"], rep["snaps"], self.control.size,
+                             self.settings.report_wait)
+        print(text, file=sys.stderr, flush=True)
+        exc = CollectiveTimeout(
+            f"rank {self.control.rank}: {rep['trigger']['what']} made no progress for "
+            f"{rep['trigger']['idle']:.1f} s (timeout={self.settings.timeout:g})", text)
+        self._break(exc)
+        for t in list(self.policy.live()):
+            t.fail(exc)
+            self._complete(t)
+
+    def _break(self, exc: BaseException) -> None:
+        if self.broken is None:
+            self.broken = exc

@@ -1,0 +1,48 @@
+"""fifo: the NCCL-like baseline.
+
+At most ``max_active`` collectives hold an execution slot; they start in issue
+order and run to completion.  When ranks issue collectives on different
+communicators in different orders this deadlocks, exactly like NCCL; the
+watchdog turns that into CollectiveTimeout.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+
+class FifoPolicy:
+    name = "fifo"
+
+    def __init__(self, settings):
+        self.max_active = settings.max_active
+        self.queue: deque = deque()
+        self.active: list = []
+
+    def admit(self, task) -> None:
+        self.queue.append(task)
+
+    def live(self) -> list:
+        return self.active + list(self.queue)
+
+    def remove(self, task) -> None:
+        if task in self.active:
+            self.active.remove(task)
+        elif task in self.queue:
+            self.queue.remove(task)
+
+    def step(self, engine) -> bool:
+        """Poll every active task once; fill free slots in issue order."""
+        progressed = False
+        for task in tuple(self.active):
+            if task.poll():
+                progressed = True
+            if task.finished:
+                engine.retire(task)
+        while len(self.active) < self.max_active and self.queue:
+            task = self.queue.popleft()
+            self.active.append(task)
+            engine.launch(task)
+            progressed = True
+            if task.finished:
+                engine.retire(task)
+        return progressed

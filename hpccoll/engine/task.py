@@ -1,0 +1,290 @@
+"""A collective in flight on one rank.
+
+A task runs one or two *lanes*.  A lane is a program (the step machine's
+primitives), its program counter and the transfers it has posted: all the
+context a suspended collective needs.  Resuming continues at ``pc`` with the
+same requests, so nothing is redone.
+
+- the data lane carries the collective itself;
+- the check lane (``check_mismatch``) allgathers every member's fingerprint
+  (collective, dtype, count, root, op, sequence) on the next tag: one round of
+  direct messages up to 16 ranks, Bruck's algorithm beyond.  Its shape depends only on the number of ranks, so it completes even
+  when the data lanes of disagreeing ranks cannot; the task completes only when
+  both lanes did and all fingerprints agree.  So every member either gets a
+  correct result or raises the same CollectiveMismatch naming who differs.
+
+Tasks are only touched by whoever holds the engine (its thread, normally).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from ..algorithms import build
+from ..algorithms.primitives import Copy, Post, Reduce, Scale, Wait
+from ..algorithms.spec import COLLECTIVES, Spec
+from ..buffers import DTYPES, OPS, dtype_name, reduce_into, scale_into
+from ..errors import CollectiveMismatch, HpcCollError
+from ..transport import mpi as transport
+
+QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+
+FP_FIELDS = ("collective", "dtype", "count", "root", "op", "sequence")
+TRUNCATE_GRACE = 2.0   # seconds a task that saw a truncated message waits for the check lane
+
+
+class Lane:
+    """One program being executed: pc, posted transfers, and what it waits on."""
+    __slots__ = ("program", "bufs", "_bytes", "itemsize", "op", "mpi", "tag", "pc", "inflight",
+                 "waiting", "waits_done", "bytes_moved")
+
+    def __init__(self, program, bufs, op, mpi_comm, tag):
+        self.program = program
+        self.bufs = bufs
+        self._bytes = [None, None, None]   # byte views, made on first use
+        self.itemsize = bufs[0].dtype.itemsize
+        self.op = op
+        self.mpi = mpi_comm
+        self.tag = tag
+        self.pc = 0
+        self.inflight = {}      # handle -> (requests, [(kind, peer, nbytes)])
+        self.waiting = None
+        self.waits_done = 0
+        self.bytes_moved = 0
+
+    @property
+    def done(self) -> bool:
+        return self.pc >= len(self.program.steps)
+
+    def _view(self, reg):
+        b = self._bytes[reg.buf]
+        if b is None:
+            b = self._bytes[reg.buf] = self.bufs[reg.buf].view(np.uint8)
+        return b[reg.off * self.itemsize:(reg.off + reg.n) * self.itemsize]
+
+    def _arr(self, reg):
+        return self.bufs[reg.buf][reg.off:reg.off + reg.n]
+
+    def run(self) -> bool:
+        """Execute until a Wait whose transfers are still in flight, or the end.
+        True if anything moved."""
+        steps = self.program.steps
+        start = self.pc
+        if self.waiting is not None:
+            reqs, _ = self.inflight[self.waiting]
+            if not transport.test_all(reqs):
+                return False
+        while self.pc < len(steps):
+            p = steps[self.pc]
+            kind = type(p)
+            if kind is Wait:
+                reqs, descr = self.inflight[p.h]
+                if not transport.test_all(reqs):
+                    self.waiting = p.h
+                    return self.pc != start
+                del self.inflight[p.h]
+                self.waits_done += 1
+                self.bytes_moved += sum(d[2] for d in descr)
+            elif kind is Post:
+                reqs = transport.post(self.mpi, self.tag, p.sends, p.recvs, self._view)
+                descr = [("recv", peer, reg.n * self.itemsize) for peer, reg in p.recvs] + \
+                        [("send", peer, reg.n * self.itemsize) for peer, reg in p.sends]
+                self.inflight[p.h] = (reqs, descr)
+            elif kind is Reduce:
+                reduce_into(self.op, self._arr(p.dst), self._arr(p.a), self._arr(p.b))
+            elif kind is Copy:
+                np.copyto(self._arr(p.dst), self._arr(p.src))
+            elif kind is Scale:
+                scale_into(self._arr(p.dst), p.divisor)
+            self.pc += 1
+        self.waiting = None
+        return True
+
+    def pending_peers(self):
+        """(peers it waits to receive from, peers its sends are still going to)."""
+        recv_from, send_to = set(), set()
+        if self.waiting is not None and self.waiting in self.inflight:
+            reqs, descr = self.inflight[self.waiting]
+            for still, (kind, peer, _) in zip(transport.pending(reqs), descr):
+                if still:
+                    (recv_from if kind == "recv" else send_to).add(peer)
+        return recv_from, send_to
+
+    def cancel(self) -> None:
+        for reqs, descr in self.inflight.values():
+            transport.cancel(reqs, sum(1 for d in descr if d[0] == "recv"))
+
+
+class Task:
+    __slots__ = (
+        "work", "comm", "coll", "dtype", "count", "root", "op", "seq", "key", "data", "check",
+        "fp", "state", "error", "result", "doomed", "retired", "gseq",
+        # counters and times (reports, traces, policies)
+        "t_issue", "t_start", "t_end", "last_progress", "polls", "tries", "yields",
+        "yields_progress", "spins", "threshold", "consecutive",
+    )
+
+    def __init__(self, work, comm, coll, dtype, count, root, op, seq, key, tag, mpi_comm,
+                 program, bufs, result, fp):
+        self.work = work
+        self.comm = comm
+        self.coll, self.dtype, self.count, self.root, self.op = coll, dtype, count, root, op
+        self.seq, self.key = seq, key
+        self.data = Lane(program, bufs, op, mpi_comm, tag)
+        self.fp = fp                 # int64 fingerprint, or None when checks are off / 1 rank
+        self.check = None
+        if fp is not None:
+            n, r = comm.size, comm.rank
+            chk = build(Spec("allgather", r, n, len(fp)), "direct" if n <= 16 else "bruck")
+            self.check = Lane(chk, [fp, np.empty(n * len(fp), np.int64),
+                                    np.empty(chk.scratch, np.int64)], None, mpi_comm, tag + 1)
+        self.result = result
+        self.state = QUEUED
+        self.error = None
+        self.doomed = None           # (deadline, error) after a truncated message
+        self.retired = False
+        self.gseq = None             # global sequence number (ordered policy)
+        now = time.monotonic()
+        self.t_issue, self.t_start, self.t_end = now, None, None
+        self.last_progress = now
+        self.polls = self.tries = self.yields = self.yields_progress = 0
+        self.spins = self.threshold = self.consecutive = 0
+
+    # -- identity -----------------------------------------------------------------
+    @property
+    def ident(self) -> str:
+        return f"{self.comm.name}#{self.seq}" if self.key is None else f"{self.comm.name}[{self.key!r}]"
+
+    def describe(self) -> str:
+        return f"{self.coll} {self.ident} {dtype_name(self.dtype)} x{self.count}"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (DONE, FAILED)
+
+    @property
+    def program(self):
+        return self.data.program
+
+    # -- execution ------------------------------------------------------------------
+    def start(self) -> None:
+        """Take an execution slot: post the first transfers and run to the first wait."""
+        self.state = RUNNING
+        self.t_start = self.last_progress = time.monotonic()
+        self.poll()
+
+    def poll(self) -> bool:
+        """Test what the task waits on and continue where it can.  True on progress."""
+        if self.finished:
+            return False
+        self.polls += 1
+        progressed = False
+        try:
+            if self.check is not None and not self.check.done and self.check.run():
+                progressed = True
+                if self.check.done:
+                    self._verify()
+            if self.doomed is None:
+                if not self.data.done and self.data.run():
+                    progressed = True
+            elif time.monotonic() > self.doomed[0]:
+                self.fail(self.doomed[1])
+                return True
+            if self.data.done and (self.check is None or self.check.done):
+                self.state = DONE
+                self.t_end = time.monotonic()
+                progressed = True
+        except MPI.Exception as exc:
+            self._mpi_error(exc)
+            return True
+        except CollectiveMismatch as exc:
+            self.fail(exc)
+            return True
+        if progressed:
+            self.last_progress = time.monotonic()
+        return progressed
+
+    def _verify(self) -> None:
+        """Every member's fingerprint is here: all equal, or raise naming who differs."""
+        rows = self.check.bufs[1].reshape(self.comm.size, len(self.fp))
+        if (rows == self.fp).all():
+            return
+        world = self.comm.world_ranks
+        fields, odd = {}, set()
+        for i, name in enumerate(FP_FIELDS):
+            values = {}
+            for r, v in enumerate(rows[:, i]):
+                values.setdefault(_fp_text(name, v), []).append(world[r])
+            if len(values) > 1:
+                fields[name] = values
+                majority = max(values.values(), key=len)
+                odd.update(r for ranks in values.values() if ranks is not majority for r in ranks)
+        parts = ["{}: {}".format(name, "; ".join(
+            f"rank{'s' if len(rs) > 1 else ''} {','.join(map(str, rs))} {'have' if len(rs) > 1 else 'has'} {v}"
+            for v, rs in vals.items())) for name, vals in fields.items()]
+        raise CollectiveMismatch(
+            f"ranks disagree about collective #{self.seq if self.key is None else self.key!r} on "
+            f"communicator {self.comm.name!r} (this rank {world[self.comm.rank]} issued "
+            f"{self.describe()}): " + " | ".join(parts), ranks=sorted(odd), fields=fields)
+
+    def _mpi_error(self, exc) -> None:
+        """A truncated message (MPI_ERR_TRUNCATE, or MPI_ERR_IN_STATUS from a Testall
+        over several requests) means a peer sent more than this rank expects."""
+        if exc.Get_error_class() not in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS):
+            self.fail(HpcCollError(f"MPI error in {self.describe()}: {exc}"))
+            return
+        peers = sorted({self.comm.world_ranks[p] for _, d in self.data.inflight.values()
+                        for kind, p, _ in d if kind == "recv"})
+        error = CollectiveMismatch(
+            f"collective {self.ident} on communicator {self.comm.name!r}: a message from "
+            f"rank(s) {peers} was longer than this rank expects; ranks disagree on the count "
+            f"or dtype (this rank: {self.describe()}; MPI: {exc})", ranks=tuple(peers))
+        if self.check is None:
+            self.fail(error)
+        else:  # the check lane will say who differs and how
+            self.doomed = (time.monotonic() + TRUNCATE_GRACE, error)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.finished:
+            self.state = FAILED
+            self.error = exc
+            self.t_end = time.monotonic()
+
+    def cancel_transfers(self) -> None:
+        """Give up on a failed task: cancel the receives it still has posted."""
+        self.data.cancel()
+        if self.check is not None:
+            self.check.cancel()
+
+    # -- diagnosis --------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """What this task is doing, for timeout reports (world ranks)."""
+        world = self.comm.world_ranks
+        recv_from, send_to = self.data.pending_peers()
+        if self.check is not None:
+            crecv, csend = self.check.pending_peers()
+            recv_from |= crecv
+            send_to |= csend
+        now = time.monotonic()
+        return {
+            "comm": self.comm.name, "members": list(world), "seq": self.seq,
+            "key": self.key, "ident": self.ident, "coll": self.coll, "dtype": dtype_name(self.dtype),
+            "count": self.count, "root": self.root, "op": self.op, "state": self.state,
+            "algo": self.data.program.algo, "waits_done": self.data.waits_done,
+            "waits": self.data.program.waits, "bytes_moved": self.data.bytes_moved,
+            "waiting_on": sorted(world[p] for p in recv_from),
+            "sending_to": sorted(world[p] for p in send_to), "age": now - self.t_issue,
+            "idle": now - self.last_progress, "yields": self.yields, "gseq": self.gseq,
+        }
+
+
+def _fp_text(field: str, value) -> str:
+    value = int(value)
+    names = {"collective": COLLECTIVES, "dtype": list(DTYPES), "op": ["none"] + list(OPS)}
+    if field in names:
+        table = names[field]
+        idx = value if field == "op" else value - 1
+        return table[idx] if 0 <= idx < len(table) else str(value)
+    return str(value)

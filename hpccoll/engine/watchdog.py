@@ -1,0 +1,120 @@
+"""Turning a hang into a report that names ranks.
+
+Pure functions over the snapshots the ranks send each other (see engine.control):
+which collectives each rank has pending, which are missing where, and, when the
+ranks wait on each other in a circle, the cycle and why it formed.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+
+def _task_line(t: dict) -> str:
+    where = f"{t['algo']}, wait {t['waits_done']}/{t['waits']}"
+    if t["state"] == "running":
+        extra = f"idle {t['idle']:.1f} s"
+        if t["waiting_on"]:
+            extra += f", waiting on rank(s) {', '.join(map(str, t['waiting_on']))}"
+        if t.get("yields"):
+            extra += f", yielded {t['yields']}x"
+    else:
+        extra = f"issued {t['age']:.1f} s ago"
+    gseq = f" gseq {t['gseq']}" if t.get("gseq") is not None else ""
+    return (f"    {t['state']:<8} {t['coll']} {t['ident']} {t['dtype']} x{t['count']}"
+            f"{gseq} [{where}; {extra}]")
+
+
+def collective_table(snaps: dict) -> dict:
+    """ident -> {"coll", "members", "where": {rank: state}} over every pending collective."""
+    table: dict = {}
+    for rank, snap in snaps.items():
+        for t in snap.get("tasks", []):
+            row = table.setdefault(t["ident"], {"coll": t["coll"], "members": t["members"], "where": {}})
+            row["where"][rank] = t["state"]
+    return table
+
+
+def _running(snaps: dict, rank: int) -> list:
+    return [t for t in snaps.get(rank, {}).get("tasks", []) if t["state"] == "running"]
+
+
+def find_cycle(snaps: dict) -> Optional[list]:
+    """A circular wait among ranks: [(rank, task waited on, peer), ...] or None."""
+    edges: dict = {}
+    for rank in snaps:
+        for t in _running(snaps, rank):
+            for peer in t["waiting_on"]:
+                edges.setdefault(rank, []).append((peer, t))
+    for start in sorted(edges):
+        path, seen = [], {}
+        node = start
+        while node in edges and node not in seen:
+            seen[node] = len(path)
+            peer, t = edges[node][0]
+            path.append((node, t, peer))
+            node = peer
+        if node in seen:
+            return path[seen[node]:]
+    return None
+
+
+def _state_of(snaps: dict, rank: int, ident: str) -> str:
+    if rank not in snaps:
+        return f"rank {rank} did not answer"
+    tasks = snaps[rank].get("tasks", [])
+    mine = [t for t in tasks if t["ident"] == ident]
+    if not mine:
+        return f"rank {rank} has not issued {ident} (or has finished it)"
+    t = mine[0]
+    if t["state"] == "queued":
+        ahead = [x["ident"] for x in tasks if x["state"] == "running"]
+        behind = f" behind {', '.join(ahead)}" if ahead else ""
+        return f"rank {rank} has {ident} queued{behind}"
+    return f"rank {rank} runs {ident} too"
+
+
+def diagnose(snaps: dict) -> str:
+    cycle = find_cycle(snaps)
+    if cycle:
+        parts = [f"rank {rank} runs {t['ident']} and waits for rank {peer}, "
+                 f"{_state_of(snaps, peer, t['ident']).replace(f'rank {peer} ', 'which ', 1)}"
+                 for rank, t, peer in cycle]
+        return ("circular wait: " + "; ".join(parts) + ". The ranks launched these collectives in "
+                "different orders; use policy 'preemptive' or 'ordered', or issue collectives in one "
+                "order on every rank.")
+    missing = []
+    for ident, row in sorted(collective_table(snaps).items()):
+        absent = [m for m in row["members"] if m not in row["where"]]
+        if absent:
+            missing.append(f"{ident} is pending on rank(s) {', '.join(map(str, sorted(row['where'])))}"
+                           f" but not on rank(s) {', '.join(map(str, absent))}")
+    if missing:
+        return ("ranks never arrived: " + "; ".join(missing) + ". A rank skipped a collective, "
+                "issued a different one, or is busy elsewhere.")
+    return "no circular wait found; a peer may be slow or blocked outside hpccoll."
+
+
+def format_report(trigger: dict, snaps: dict, world_size: int, waited: float) -> str:
+    lines = [f"hpccoll watchdog on rank {trigger['rank']}: {trigger['what']} made no progress for "
+             f"{trigger['idle']:.1f} s (timeout {trigger['timeout']:g} s, policy {trigger['policy']})",
+             "Pending collectives per rank:"]
+    for rank in range(world_size):
+        snap = snaps.get(rank)
+        if snap is None:
+            lines.append(f"  rank {rank}: did not answer within {waited:.1f} s")
+            continue
+        head = f"  rank {rank} ({snap.get('host', '?')}, pid {snap.get('pid', '?')})"
+        if snap.get("status", "ok") != "ok":
+            head += f" [{snap['status']}]"
+        tasks = snap.get("tasks", [])
+        lines.append(head + (":" if tasks else ": no pending collectives"))
+        lines += [_task_line(t) for t in tasks]
+    table = collective_table(snaps)
+    if table:
+        lines.append("Per collective (members: state):")
+        for ident, row in sorted(table.items()):
+            states = [f"{m}: {row['where'].get(m, 'not pending' if m in snaps else 'no answer')}"
+                      for m in row["members"]]
+            lines.append(f"  {row['coll']} {ident}: " + ", ".join(states))
+    lines.append("Diagnosis: " + diagnose(snaps))
+    return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""Every error hpccoll raises derives from HpcCollError."""
+from __future__ import annotations
+
+
+class HpcCollError(Exception):
+    """Base class of every error the library raises."""
+
+
+class ArgumentError(HpcCollError, ValueError):
+    """A bad argument value (wrong size, unknown op, root out of range, ...)."""
+
+
+class ArgumentTypeError(HpcCollError, TypeError):
+    """An argument of the wrong type (not an array, wrong dtype, ...)."""
+
+
+class ContextClosed(HpcCollError):
+    """The context was closed, or became unusable after a fatal error."""
+
+
+class WaitTimeout(HpcCollError, TimeoutError):
+    """``Work.wait(timeout)`` ran out; the collective is still pending and may complete later."""
+
+
+class CollectiveTimeout(HpcCollError, TimeoutError):
+    """A collective made no progress for ``timeout`` seconds.
+
+    ``report`` lists, for every rank of the world, the collectives it has pending,
+    their state, and the peers that never arrived.  The context is unusable afterwards.
+    """
+
+    def __init__(self, message: str, report: str = ""):
+        super().__init__(message + ("\n" + report if report else ""))
+        self.report = report
+
+
+class CollectiveMismatch(HpcCollError):
+    """Ranks disagree on the collective type, dtype, count, root or reduction op of one collective."""
+
+    def __init__(self, message: str, ranks=(), fields=None):
+        super().__init__(message)
+        self.ranks = tuple(ranks)
+        self.fields = dict(fields or {})

@@ -1,0 +1,164 @@
+"""Mismatch detection and bad input, at any number of ranks."""
+import numpy as np
+import pytest
+
+import hpccoll
+from hpccoll import ArgumentError, ArgumentTypeError, CollectiveMismatch, ContextClosed
+
+pytestmark = pytest.mark.mpi
+
+
+def _mismatch(comm, call):
+    """Every rank raises the same CollectiveMismatch, never hangs or returns garbage."""
+    with pytest.raises(CollectiveMismatch) as info:
+        call().wait(timeout=30)
+    # the communicator is unusable afterwards, and says why
+    with pytest.raises(ContextClosed, match="unusable"):
+        comm.barrier()
+    return info.value
+
+
+@pytest.mark.mpi(min_size=2)
+def test_mismatch_count(comm):
+    odd = comm.size - 1
+    exc = _mismatch(comm, lambda: comm.allreduce(np.ones(10 + (comm.rank == odd), np.float32)))
+    assert "count" in exc.fields
+    assert exc.ranks == (odd,)
+    assert f"rank {odd} has 11" in str(exc)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_mismatch_op_same_sizes(comm):
+    """Same bytes on the wire, different op: without the check some ranks would return garbage."""
+    op = "max" if comm.rank == 1 else "sum"
+    exc = _mismatch(comm, lambda: comm.allreduce(np.arange(6, dtype=np.int32), op=op))
+    assert set(exc.fields) == {"op"}
+    assert exc.fields["op"]["max"] == [1]
+
+
+@pytest.mark.mpi(min_size=2)
+def test_mismatch_dtype_same_itemsize(comm):
+    dt = np.float32 if comm.rank == 0 else np.int32
+    exc = _mismatch(comm, lambda: comm.allreduce(np.ones(4, dt)))
+    assert set(exc.fields) == {"dtype"}
+
+
+@pytest.mark.mpi(min_size=2)
+def test_mismatch_root(comm):
+    root = 1 if comm.rank == 1 else 0
+    exc = _mismatch(comm, lambda: comm.broadcast(np.ones(8), root=root))
+    assert "root" in exc.fields
+
+
+@pytest.mark.mpi(min_size=2)
+def test_mismatch_collective_type(comm):
+    x = np.ones(4 * comm.size, np.float64)
+    exc = _mismatch(comm, lambda: comm.allreduce(x) if comm.rank else comm.alltoall(x))
+    assert "collective" in exc.fields
+
+
+@pytest.mark.mpi(min_size=2)
+def test_mismatch_large_count_different_algorithms(comm):
+    """One rank's message is large (ring), the others' small (doubling): the data transfers
+    cannot line up, the check lane still completes and names the count."""
+    n = 100_000 if comm.rank == 0 else 10
+    exc = _mismatch(comm, lambda: comm.allreduce(np.ones(n, np.float32)))
+    assert "count" in exc.fields
+
+
+def test_bad_input_is_rejected_before_queueing(comm):
+    x = np.ones(8, np.float32)
+    cases = [
+        (lambda: comm.allreduce([1, 2, 3]), ArgumentTypeError, "sendbuf: expected a numpy.ndarray"),
+        (lambda: comm.allreduce(x, op="median"), ArgumentError, "op: expected one of"),
+        (lambda: comm.allreduce(np.ones(4, np.int32), op="avg"), ArgumentError, "avg.*floating"),
+        (lambda: comm.allreduce(x, np.empty(7, np.float32)), ArgumentError,
+         "recvbuf: expected 8 elements"),
+        (lambda: comm.allreduce(x, np.empty(8, np.float64)), ArgumentTypeError, "recvbuf: dtype"),
+        (lambda: comm.allreduce(np.ones((4, 4), np.float32)[:, 1]), ArgumentError, "C-contiguous"),
+        (lambda: comm.allreduce(x, np.ones((4, 4), np.float32)[:, :2]), ArgumentError,
+         "C-contiguous"),
+        (lambda: comm.reduce(x, root=comm.size), ArgumentError, r"root: expected an integer in \[0,"),
+        (lambda: comm.broadcast(x, root=-1), ArgumentError, "root"),
+        (lambda: comm.allreduce(np.ones(3, np.complex64), op="min"), ArgumentError, "not defined"),
+        (lambda: comm.allreduce(np.ones(3, np.float128)), ArgumentTypeError, "not supported"),
+        (lambda: comm.allgather(x, np.empty(8 * comm.size + 1, np.float32)), ArgumentError,
+         "recvbuf: expected"),
+        (lambda: comm.allreduce(x, key=5), ArgumentTypeError, "key: expected a str"),
+        (lambda: comm.allreduce(x, x[1:]), ArgumentError, "recvbuf"),
+    ]
+    if comm.size > 1:
+        cases.append((lambda: comm.reduce_scatter(np.ones(comm.size + 1)), ArgumentError,
+                      "not a multiple"))
+        cases.append((lambda: comm.alltoall(np.ones(comm.size * 2 + 1)), ArgumentError,
+                      "not a multiple"))
+    ro = np.ones(8, np.float32)
+    ro.flags.writeable = False
+    cases.append((lambda: comm.allreduce(x, ro), ArgumentError, "read-only"))
+    for call, exc_type, pattern in cases:
+        with pytest.raises(exc_type, match=pattern):
+            call()
+    # nothing was queued: the communicator is still in step on every rank
+    got = comm.allreduce(np.ones(3, np.int64)).wait(timeout=30)
+    np.testing.assert_array_equal(got, np.full(3, comm.size))
+
+
+def test_errors_are_hpccoll_errors_and_builtin_types():
+    assert issubclass(ArgumentError, hpccoll.HpcCollError) and issubclass(ArgumentError, ValueError)
+    assert issubclass(ArgumentTypeError, TypeError)
+    assert issubclass(hpccoll.CollectiveTimeout, hpccoll.HpcCollError)
+    assert issubclass(hpccoll.CollectiveTimeout, TimeoutError)
+    assert issubclass(CollectiveMismatch, hpccoll.HpcCollError)
+
+
+def test_duplicate_live_key(comm):
+    w = comm.allreduce(np.ones(2), key="grad")
+    with pytest.raises(ArgumentError, match="already pending"):
+        comm.allreduce(np.ones(2), key="grad")
+    w.wait(timeout=30)
+
+
+def test_wait_timeout_leaves_collective_pending(comm):
+    """wait(timeout) raising does not cancel the collective."""
+    if comm.size == 1:
+        w = comm.allreduce(np.ones(2))
+        assert (w.wait(timeout=10) == 1).all()
+        return
+    # rank 0 issues late: the others' wait(0.2) runs out, then the collective completes
+    import time
+    if comm.rank == 0:
+        time.sleep(0.5)
+    w = comm.allreduce(np.ones(2))
+    if comm.rank != 0:
+        with pytest.raises(hpccoll.WaitTimeout):
+            w.wait(timeout=0.05)
+    np.testing.assert_array_equal(w.wait(timeout=30), np.full(2, comm.size))
+
+
+def test_not_a_member_and_closed_context(mpi_world):
+    from mpi4py import MPI
+    ctx = hpccoll.init(timeout=30)
+    sub = mpi_world.Split(0 if mpi_world.rank == 0 else MPI.UNDEFINED)
+    c = ctx.wrap(sub)
+    if mpi_world.rank == 0:
+        assert c.size == 1
+        assert c.allreduce(np.ones(2)).wait() .tolist() == [1.0, 1.0]
+        c.free()
+        sub.Free()
+    else:
+        with pytest.raises(ArgumentError, match="not a member"):
+            c.allreduce(np.ones(2))
+    w = ctx.world
+    ctx.close()
+    ctx.close()   # idempotent
+    with pytest.raises(ContextClosed, match="closed"):
+        w.allreduce(np.ones(2))
+    with pytest.raises(ContextClosed):
+        ctx.world.dup()
+
+
+def test_unknown_option_is_rejected():
+    with pytest.raises(ArgumentError, match="unknown option"):
+        hpccoll.init(spin_treshold=3)
+    with pytest.raises(ArgumentError, match="policy"):
+        hpccoll.init(policy="lifo")

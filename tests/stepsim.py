@@ -1,0 +1,114 @@
+"""Run step machines of n ranks inside one process, for unit tests of the algorithms.
+
+This is not MPI and does not pretend to be: it executes the primitives of n
+programs, matches sends to receives per (source, destination) in posting order
+(MPI's non-overtaking rule), and delivers each matched transfer at a random
+moment before both sides' Wait, so that data hazards a real transport could
+expose (reading a region before it arrived, overwriting one still being sent)
+show up as wrong results.
+"""
+from __future__ import annotations
+
+import random
+from collections import defaultdict, deque
+
+import numpy as np
+
+from hpccoll.algorithms.primitives import Copy, Post, Reduce, Scale, Wait
+from hpccoll.buffers import reduce_into, scale_into
+
+
+class Deadlock(AssertionError):
+    pass
+
+
+class _Op:
+    __slots__ = ("rank", "region", "done", "snapshot")
+
+    def __init__(self, rank, region):
+        self.rank, self.region, self.done, self.snapshot = rank, region, False, None
+
+
+def run(programs, bufs, op="sum", seed=0, max_events=10_000_000):
+    """programs[r]: Program; bufs[r]: [send, recv, scratch] flat arrays (modified in place)."""
+    rng = random.Random(seed)
+    n = len(programs)
+    pc = [0] * n
+    inflight = [dict() for _ in range(n)]
+    sendq, recvq = defaultdict(deque), defaultdict(deque)
+    matched = []
+
+    def arr(r, reg):
+        return bufs[r][reg.buf][reg.off:reg.off + reg.n]
+
+    def post(r, p):
+        ops = []
+        for peer, reg in p.recvs:
+            o = _Op(r, reg)
+            ops.append(o)
+            q = sendq[(peer, r)]
+            if q:
+                matched.append((q.popleft(), o))
+            else:
+                recvq[(peer, r)].append(o)
+        for peer, reg in p.sends:
+            o = _Op(r, reg)
+            ops.append(o)
+            q = recvq[(r, peer)]
+            if q:
+                matched.append((o, q.popleft()))
+            else:
+                sendq[(r, peer)].append(o)
+        inflight[r][p.h] = ops
+
+    def advance(r):
+        steps = programs[r].steps
+        moved = False
+        while pc[r] < len(steps):
+            p = steps[pc[r]]
+            if isinstance(p, Wait):
+                if not all(o.done for o in inflight[r][p.h]):
+                    return moved
+                del inflight[r][p.h]
+            elif isinstance(p, Post):
+                post(r, p)
+            elif isinstance(p, Reduce):
+                reduce_into(op, arr(r, p.dst), arr(r, p.a), arr(r, p.b))
+            elif isinstance(p, Copy):
+                np.copyto(arr(r, p.dst), arr(r, p.src))
+            elif isinstance(p, Scale):
+                scale_into(arr(r, p.dst), p.divisor)
+            pc[r] += 1
+            moved = True
+            if rng.random() < 0.3:  # let other ranks and deliveries interleave
+                return moved
+        return moved
+
+    def deliver(i):
+        s, d = matched.pop(i)
+        assert s.region.n == d.region.n, f"size mismatch: rank {s.rank} sends {s.region}, " \
+                                         f"rank {d.rank} receives {d.region}"
+        np.copyto(arr(d.rank, d.region), arr(s.rank, s.region))
+        s.done = d.done = True
+
+    for _ in range(max_events):
+        if all(pc[r] >= len(programs[r].steps) for r in range(n)) and not matched:
+            break
+        choices = [("rank", r) for r in range(n) if pc[r] < len(programs[r].steps)]
+        choices += [("msg", i) for i in range(len(matched))]
+        rng.shuffle(choices)
+        progressed = False
+        for kind, x in choices:
+            if kind == "msg":
+                deliver(x)
+                progressed = True
+                break
+            if advance(x):
+                progressed = True
+                break
+        if not progressed:
+            raise Deadlock(f"no rank can move: pcs={pc}, unmatched sends="
+                           f"{ {k: len(v) for k, v in sendq.items() if v} }, recvs="
+                           f"{ {k: len(v) for k, v in recvq.items() if v} }")
+    leftovers = [k for k, v in list(sendq.items()) + list(recvq.items()) if v]
+    assert not leftovers, f"unmatched transfers left on channels {leftovers}"

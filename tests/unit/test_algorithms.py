@@ -1,0 +1,221 @@
+"""Every step machine, at 1..8 ranks, odd counts, several chunk sizes and pipeline
+depths, run by the in-process step simulator and compared with NumPy (exact: integers)."""
+import numpy as np
+import pytest
+
+from hpccoll.algorithms import TABLE, build
+from hpccoll.algorithms.primitives import SCRATCH, SEND, RECV, Post, Wait, scratch_extent
+from hpccoll.algorithms.spec import Spec
+from tests import stepsim
+
+NP_OPS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
+SIZES = [1, 2, 3, 4, 5, 7, 8]
+COUNTS = [0, 1, 2, 5, 13, 64]
+SHAPES = [(1, 1), (3, 2), (64, 2), (4, 3)]   # (chunk elements, depth)
+
+
+def algos(coll):
+    return [name for name, _, _ in TABLE[coll]]
+
+
+def fold(op, arrays):
+    out = arrays[0].copy()
+    for a in arrays[1:]:
+        NP_OPS[op](out, a, out=out)
+    return out
+
+
+def inputs(n, length, seed, dtype=np.int64):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-3, 4, size=length).astype(dtype) for _ in range(n)]
+
+
+def execute(coll, algo, n, count, chunk, depth, sends, recv_len, op="sum", root=0, avg=False,
+            inplace=False, seed=0):
+    progs, bufs = [], []
+    for r in range(n):
+        spec = Spec(coll, r, n, count, chunk=chunk, depth=depth, root=root, avg=avg, inplace=inplace)
+        prog = build(spec, algo)
+        progs.append(prog)
+        recv = np.full(recv_len, 99, dtype=sends[r].dtype)
+        if inplace and coll != "broadcast":
+            recv[: sends[r].size] = sends[r]
+            send = recv if sends[r].size == recv_len else sends[r]
+        else:
+            send = sends[r]
+        bufs.append([send, recv, np.empty(prog.scratch, dtype=sends[r].dtype)])
+    stepsim.run(progs, bufs, op=op, seed=seed)
+    return [b[RECV] for b in bufs]
+
+
+@pytest.mark.parametrize("algo", algos("allreduce"))
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op", ["sum", "prod", "min", "max"])
+def test_allreduce(algo, n, op):
+    for count in COUNTS:
+        for chunk, depth in SHAPES:
+            xs = inputs(n, count, seed=count * 31 + n)
+            out = execute("allreduce", algo, n, count, chunk, depth, xs, count, op=op, seed=count)
+            want = fold(op, xs)
+            for r in range(n):
+                np.testing.assert_array_equal(out[r], want, err_msg=f"rank {r} count {count}")
+
+
+@pytest.mark.parametrize("algo", algos("allreduce"))
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_allreduce_inplace_and_avg_bitwise_equal(algo, n):
+    count = 37
+    rng = np.random.default_rng(n)
+    xs = [rng.standard_normal(count).astype(np.float32) for _ in range(n)]
+    out = execute("allreduce", algo, n, count, 4, 2, xs, count, avg=True, inplace=True)
+    np.testing.assert_allclose(out[0], np.mean(xs, axis=0), rtol=1e-5, atol=1e-6)
+    for r in range(1, n):  # every rank holds the very same bits
+        assert out[r].tobytes() == out[0].tobytes()
+
+
+@pytest.mark.parametrize("algo", algos("reduce"))
+@pytest.mark.parametrize("n", SIZES)
+def test_reduce(algo, n):
+    for count in COUNTS:
+        for root in sorted({0, n - 1, n // 2}):
+            for chunk, depth in SHAPES[:3]:
+                xs = inputs(n, count, seed=count + root)
+                out = execute("reduce", algo, n, count, chunk, depth, xs, count, op="sum", root=root)
+                np.testing.assert_array_equal(out[root], fold("sum", xs))
+
+
+@pytest.mark.parametrize("algo", algos("broadcast"))
+@pytest.mark.parametrize("n", SIZES)
+def test_broadcast(algo, n):
+    for count in COUNTS:
+        for root in sorted({0, n - 1, n // 2}):
+            for chunk, depth in SHAPES:
+                xs = inputs(n, count, seed=count + 7 * root)
+                progs, bufs = [], []
+                for r in range(n):
+                    prog = build(Spec("broadcast", r, n, count, chunk=chunk, depth=depth, root=root,
+                                      inplace=True), algo)
+                    buf = xs[r].copy()
+                    progs.append(prog)
+                    bufs.append([buf, buf, np.empty(prog.scratch, dtype=buf.dtype)])
+                stepsim.run(progs, bufs)
+                for r in range(n):
+                    np.testing.assert_array_equal(bufs[r][RECV], xs[root])
+
+
+@pytest.mark.parametrize("algo", algos("allgather"))
+@pytest.mark.parametrize("n", SIZES)
+def test_allgather(algo, n):
+    for m in COUNTS:
+        for chunk, depth in SHAPES:
+            xs = inputs(n, m, seed=m + n)
+            out = execute("allgather", algo, n, m, chunk, depth, xs, n * m)
+            for r in range(n):
+                np.testing.assert_array_equal(out[r], np.concatenate(xs))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_allgather_direct(n):
+    """The fingerprint check's one-round allgather."""
+    for m in (0, 1, 6):
+        xs = inputs(n, m, seed=m + n)
+        out = execute("allgather", "direct", n, m, 1, 1, xs, n * m)
+        for r in range(n):
+            np.testing.assert_array_equal(out[r], np.concatenate(xs))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_allgather_inplace(n):
+    for algo in algos("allgather"):
+        m = 5
+        xs = inputs(n, m, seed=n)
+        progs, bufs = [], []
+        for r in range(n):
+            prog = build(Spec("allgather", r, n, m, chunk=2, depth=2, inplace=True), algo)
+            recv = np.full(n * m, 99, dtype=np.int64)
+            recv[r * m:(r + 1) * m] = xs[r]
+            progs.append(prog)
+            bufs.append([recv[r * m:(r + 1) * m], recv, np.empty(prog.scratch, dtype=np.int64)])
+        stepsim.run(progs, bufs)
+        for r in range(n):
+            np.testing.assert_array_equal(bufs[r][RECV], np.concatenate(xs))
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_reduce_scatter(n, op):
+    for algo in algos("reduce_scatter"):
+        for m in COUNTS:
+            for chunk, depth in SHAPES:
+                xs = inputs(n, n * m, seed=m)
+                out = execute("reduce_scatter", algo, n, m, chunk, depth, xs, m, op=op)
+                want = fold(op, xs)
+                for r in range(n):
+                    np.testing.assert_array_equal(out[r], want[r * m:(r + 1) * m])
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_reduce_scatter_inplace_nccl_view(n):
+    m = 6
+    xs = inputs(n, n * m, seed=n)
+    progs, bufs = [], []
+    for r in range(n):
+        prog = build(Spec("reduce_scatter", r, n, m, chunk=4, depth=2, inplace=True), "ring")
+        send = xs[r].copy()
+        progs.append(prog)
+        bufs.append([send, send[r * m:(r + 1) * m], np.empty(prog.scratch, dtype=np.int64)])
+    stepsim.run(progs, bufs)
+    want = fold("sum", xs)
+    for r in range(n):
+        np.testing.assert_array_equal(bufs[r][RECV], want[r * m:(r + 1) * m])
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_alltoall(n, inplace):
+    for m in COUNTS:
+        for chunk, depth in SHAPES:
+            xs = inputs(n, n * m, seed=m)
+            out = execute("alltoall", "pairwise", n, m, chunk, depth, xs, n * m, inplace=inplace)
+            for r in range(n):
+                want = np.concatenate([xs[q][r * m:(r + 1) * m] for q in range(n)]) if m else \
+                    np.empty(0, np.int64)
+                np.testing.assert_array_equal(out[r], want)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_barrier_rounds(n):
+    progs = [build(Spec("barrier", r, n, 0), "dissemination") for r in range(n)]
+    empty = np.empty(0)
+    stepsim.run(progs, [[empty, empty, empty] for _ in range(n)])
+    assert all(p.waits == (n - 1).bit_length() for p in progs)
+
+
+def test_barrier_cannot_complete_alone():
+    """A barrier is a real synchronization: without rank 1 nobody finishes."""
+    progs = [build(Spec("barrier", r, 3, 0), "dissemination") for r in range(3)]
+    empty = np.empty(0)
+    progs[1] = progs[1]._replace(steps=())
+    with pytest.raises((stepsim.Deadlock, AssertionError)):
+        stepsim.run(progs, [[empty, empty, empty] for _ in range(3)])
+
+
+def test_every_chunk_is_a_suspension_point():
+    """Large messages wait once per chunk per ring step: that is where a collective can yield."""
+    n, count, chunk = 4, 1000, 50
+    prog = build(Spec("allreduce", 0, n, count, chunk=chunk, depth=2), "ring")
+    per_block = -(-count // n // chunk)
+    assert prog.waits == 2 * (n - 1) * per_block
+    assert all(isinstance(p, (Post, Wait)) or True for p in prog.steps)
+
+
+def test_scratch_is_bounded_by_chunks():
+    """The ring allreduce's scratch is depth x chunk, independent of the message size."""
+    for count in (10_000, 1_000_000):
+        prog = build(Spec("allreduce", 1, 4, count, chunk=256, depth=2), "ring")
+        assert prog.scratch == 2 * 256
+
+
+def test_programs_are_cached():
+    spec = Spec("allreduce", 0, 4, 8, chunk=4)
+    assert build(spec, "doubling") is build(spec, "doubling")

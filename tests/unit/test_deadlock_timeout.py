@@ -1,0 +1,41 @@
+"""The NCCL-style hang, turned into an error: two communicators used in opposite
+orders on two ranks under fifo with timeout=3 must end in CollectiveTimeout on both
+ranks, with a report naming the cycle, in under 10 s.  Real mpiexec, in a subprocess."""
+import time
+from pathlib import Path
+
+from tests import launch
+
+SCRIPT = str(Path(__file__).parents[1] / "scripts" / "abba.py")
+
+
+def test_fifo_abba_ends_in_timeout_on_every_rank():
+    t0 = time.monotonic()
+    proc = launch.run(2, [SCRIPT, "fifo", "3"], timeout=60)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = sorted(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
+    assert [l.split()[:3] for l in lines] == [["RESULT", "0", "timeout"], ["RESULT", "1", "timeout"]]
+    assert all(float(l.split()[3]) < 3 + 2 for l in lines), lines   # within timeout + 2 s
+    assert elapsed < 10, elapsed
+    report = proc.stderr
+    assert "circular wait" in report
+    assert "rank 0 runs A#0 and waits for rank 1" in report or \
+        "rank 1 runs B#0 and waits for rank 0" in report
+    assert "queued behind" in report
+
+
+def test_fifo_abba_large_messages_too():
+    """Ring algorithm, chunked: the report still names the cycle."""
+    proc = launch.run(2, [SCRIPT, "fifo", "2", "300000"], timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("timeout") == 2
+    assert "circular wait" in proc.stderr
+
+
+def test_fifo_abba_three_ranks_and_report_lists_every_rank():
+    proc = launch.run(3, [SCRIPT, "fifo", "2"], timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("timeout") == 3
+    for r in range(3):
+        assert f"rank {r} (" in proc.stderr
