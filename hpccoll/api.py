@@ -15,7 +15,6 @@ from . import algorithms, collectives
 from .algorithms.spec import COLLECTIVES, Spec
 from .buffers import dtype_code, op_code
 from .config import Settings, resolve
-from .engine.task import Task
 from .errors import ArgumentError, ContextClosed, HpcCollError
 from .work import Work
 
@@ -191,7 +190,7 @@ class Communicator:
             if s.check_mismatch and self.size > 1:
                 fp = np.array([COLLECTIVES.index(call.coll) + 1, dtype_code(dt), call.count,
                                call.root, op_code(call.op), ident], dtype=np.int64)
-            task = Task(work, self, call.coll, dt, call.count, call.root, call.op, seq, key, tag,
+            task = ctx._Task(work, self, call.coll, dt, call.count, call.root, call.op, seq, key, tag,
                         mpi_comm, program, [call.send.flat, call.recv.flat, scratch], call.result, fp)
             work._task = task
             ctx._engine.submit(task, inline=nbytes <= s.inline_bytes and ctx._engine.idle())
@@ -210,6 +209,8 @@ class Context:
     def __init__(self, comm=None, settings: Optional[Settings] = None):
         MPI = _mpi()
         self._MPI = MPI
+        from .engine.task import Task   # imports mpi4py.MPI: only once MPI is initialised
+        self._Task = Task
         self.settings = settings or resolve()
         base = MPI.COMM_WORLD if comm is None else comm
         if base == MPI.COMM_NULL:

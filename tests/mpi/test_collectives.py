@@ -248,3 +248,15 @@ def test_keyed_in_different_order():
         # a key is free again once its collective completed
         again = comm.allreduce(np.ones(3, np.int64), key="bucket0").wait()
         np.testing.assert_array_equal(again, np.full(3, comm.size))
+
+
+@pytest.mark.slow
+def test_allreduce_hundreds_of_mib(comm, mpi_world):
+    """256 MiB + 3 elements: uneven ring blocks, hundreds of chunks per step."""
+    count = (1 << 26) + 3
+    x = np.full(count, comm.rank + 1, dtype=np.float32)
+    x[::7] = -1.0
+    got = comm.allreduce(x).wait(timeout=600)
+    want = np.empty_like(x)
+    mpi_world.Allreduce(x, want)
+    assert np.array_equal(got, want)
