@@ -57,6 +57,7 @@ class Communicator:
         self._seq = 0
         self._children = 0
         self._live_keys: dict = {}
+        self._key_uses: dict = {}      # key -> how many times it was issued (ordered policy)
         self._freed = False
         if mpi_comm == MPI.COMM_NULL:
             self._mpi = None
@@ -192,6 +193,8 @@ class Communicator:
                                call.root, op_code(call.op), ident], dtype=np.int64)
             task = ctx._Task(work, self, call.coll, dt, call.count, call.root, call.op, seq, key, tag,
                         mpi_comm, program, [call.send.flat, call.recv.flat, scratch], call.result, fp)
+            if key is not None:
+                task.key_instance = self._key_uses[key] = self._key_uses.get(key, 0) + 1
             work._task = task
             ctx._engine.submit(task, inline=nbytes <= s.inline_bytes and ctx._engine.idle())
         return work
@@ -280,7 +283,12 @@ class Context:
         self._closed = True
         _OPEN.discard(self)
         engine = self._engine
+        deadline = time.monotonic() + self.settings.close_timeout
         while engine.pending() and engine.broken is None:
+            if time.monotonic() > deadline:
+                print(f"hpccoll: rank {self.rank}: close() abandons {engine.pending()} collective(s) "
+                      f"still pending after {self.settings.close_timeout:g} s", file=sys.stderr)
+                break
             time.sleep(0.001)
         # wait for the other ranks with the engine still running: it keeps answering their
         # watchdog report requests (a rank whose timeout fired a moment later than ours)

@@ -86,11 +86,11 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("policy", str, "fifo",
+    Setting("policy", str, "preemptive",
             "Scheduling policy of the engine: 'preemptive' (DFCCL: waiting collectives yield), "
             "'ordered' (token-passing global launch order) or 'fifo' (NCCL-like: issue order, run to "
             "completion; may deadlock when ranks issue in different orders).",
-            choices=("fifo",)),
+            choices=("preemptive", "ordered", "fifo")),
     Setting("timeout", float, None,
             "Seconds without progress after which a pending collective raises CollectiveTimeout on "
             "every stuck rank, with a report of all ranks' pending collectives. None/0 = off.",
@@ -124,6 +124,9 @@ SETTINGS: tuple[Setting, ...] = (
             "collective so that ranks that disagree raise CollectiveMismatch instead of hanging."),
     Setting("report_wait", float, 1.0,
             "Seconds a rank that hit the timeout waits for the other ranks' reports.", minimum=0.0),
+    Setting("print_report", bool, True,
+            "Print the watchdog report to stderr on every rank whose timeout fires (it is also "
+            "in CollectiveTimeout.report)."),
     Setting("spin_polls", int, 32,
             "Engine passes without progress before the engine starts to sleep between polls "
             "(sleeping releases the GIL for the application).", minimum=0),

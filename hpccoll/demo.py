@@ -1,9 +1,14 @@
-"""The main job: every collective on host arrays, each checked against the MPI
-library's own collective on the same inputs, timed against it in the same run.
+"""The main job, in two parts:
 
-    mpiexec -n 4 python -m hpccoll.demo [--sizes 8,64K,1M] [--iters 20] [--colls ...]
+1. every collective on host arrays, each checked against the MPI library's own
+   collective on the same inputs and timed against it in the same run;
+2. the 3d deadlock workload (data x tensor x pipeline groups, rank-divergent issue
+   orders, synchronization points) under each policy: preemptive and ordered complete
+   with checked results, fifo ends in a short CollectiveTimeout report.
 
-Prints a one-screen summary on rank 0 and exits nonzero if any check failed.
+    mpiexec -n 4 python -m hpccoll.demo [--sizes 8,64K,1M] [--iters 10] [--chaos-iters 10]
+
+Prints a one-screen summary on rank 0 and exits nonzero if anything was not as expected.
 """
 from __future__ import annotations
 
@@ -97,8 +102,14 @@ def run(args) -> int:
                   f"  {'ok' if ok else 'WRONG'}")
         print("ratio = MPI time / hpccoll time (> 1: hpccoll faster)")
         verdict = "all checks passed" if not failures else f"{failures} check(s) FAILED"
-        print(f"{len(rows)} cases, {verdict}, {time.perf_counter() - t_start:.1f} s")
-    return 1 if failures else 0
+        print(f"{len(rows)} cases, {verdict}, {time.perf_counter() - t_start:.1f} s\n", flush=True)
+    ok = True
+    if args.chaos_iters:
+        from . import chaos
+        cargs = chaos.parser().parse_args(["3d", "--iters", str(args.chaos_iters), "--timeout",
+                                           str(args.chaos_timeout)])
+        ok = chaos.run_scenario("3d", chaos.POLICIES, cargs, mpi)
+    return 1 if failures or not ok else 0
 
 
 def main(argv=None) -> int:
@@ -108,8 +119,13 @@ def main(argv=None) -> int:
                    help="message sizes in bytes (K/M/G suffixes), comma-separated")
     p.add_argument("--iters", type=int, default=10, help="timed iterations per case")
     p.add_argument("--colls", default=",".join(COLLS), help="collectives, comma-separated")
-    p.add_argument("--policy", default=None, help="scheduling policy (default: HPCCOLL_POLICY or fifo)")
+    p.add_argument("--policy", default=None,
+                   help="scheduling policy of part 1 (default: HPCCOLL_POLICY or preemptive)")
     p.add_argument("--timeout", type=float, default=60.0, help="watchdog timeout in seconds")
+    p.add_argument("--chaos-iters", type=int, default=10,
+                   help="iterations of the 3d deadlock workload per policy (0: skip it)")
+    p.add_argument("--chaos-timeout", type=float, default=3.0,
+                   help="watchdog timeout of the deadlock workload (fifo ends after it)")
     args = p.parse_args(argv)
     args.sizes = [parse_bytes(s) for s in args.sizes.split(",") if s]
     args.colls = [c.strip() for c in args.colls.split(",") if c.strip()]

@@ -1,8 +1,8 @@
 """The control plane: small pickled messages on a private duplicate of the world
 communicator, never on a data communicator.
 
-Tags: report requests and replies (watchdog) and the ordering token
-(ordered policy).  Only whoever holds the engine sends or
+Tags: report requests and replies (watchdog); the ordering token, its rest
+announcements and wake-ups (ordered policy).  Only whoever holds the engine sends or
 receives here; sends are nonblocking and their requests are reaped later.
 """
 from __future__ import annotations
@@ -15,6 +15,8 @@ from mpi4py import MPI
 TAG_REPORT_REQ = 11
 TAG_REPORT = 12
 TAG_TOKEN = 14
+TAG_REST = 15
+TAG_WAKE = 16
 
 HOST = socket.gethostname()
 PID = os.getpid()

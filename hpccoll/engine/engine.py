@@ -13,13 +13,14 @@ messages (watchdog reports from other ranks).
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from collections import deque
 
 from . import policies
-from .control import HOST, PID, TAG_REPORT, TAG_REPORT_REQ, TAG_TOKEN, Control
+from .control import HOST, PID, TAG_REPORT, TAG_REPORT_REQ, Control
 from .task import FAILED, RUNNING
 from .watchdog import format_report
 from ..errors import CollectiveMismatch, CollectiveTimeout, HpcCollError
@@ -41,12 +42,16 @@ class Engine:
         self._want_lock = threading.Lock()
         self._resume = threading.Event()
         self.broken: BaseException | None = None
-        self.token_handler = None     # set by the ordered policy
+        self._control_tags = getattr(self.policy, "control_tags", ())
+        self._park = getattr(self.policy, "park_seconds", PARK_SECONDS)
+        if hasattr(self.policy, "bind"):
+            self.policy.bind(self)
         self._stop = False
         self._sleeping = False            # the daemon waits on ``wake`` (submit must set it)
         self._report = None
         self._report_id = 0
         self._last_tasks = None
+        self.last_progress = time.monotonic()   # any task's progress, for the watchdog
         self._live = 0
         # counters (per daemon)
         self.passes = self.parks = self.wakeups = 0
@@ -96,6 +101,9 @@ class Engine:
         to ``poll_sleep_us``; ``event`` (new submissions) cuts it short."""
         s = self.settings
         if idle <= s.spin_polls:
+            return
+        if getattr(self.policy, "hot", False):
+            os.sched_yield()   # preemption is walking the queue: poll on, let others run
             return
         delay = min(s.poll_sleep_us, 2.0 ** min(idle - s.spin_polls, 20)) * 1e-6
         if event is None:
@@ -155,7 +163,7 @@ class Engine:
         try:
             while True:
                 if self._want:      # a waiter drives; stay out of its way
-                    self._resume.wait(PARK_SECONDS)
+                    self._resume.wait(self._park)
                     idle = 0
                     continue
                 with self.lock:
@@ -173,7 +181,7 @@ class Engine:
                     # a parked daemon still serves control messages every PARK_SECONDS
                     if idle > s.idle_polls:
                         self.parks += 1
-                        if self._sleep(self.wake, PARK_SECONDS):
+                        if self._sleep(self.wake, self._park):
                             self.wakeups += 1
                             idle = 0
                     else:
@@ -201,9 +209,11 @@ class Engine:
             self._live += 1
             self.policy.admit(task)
         if self._live and self.broken is None:
-            progressed |= self.policy.step(self)
+            if self.policy.step(self):
+                progressed = True
+                self.last_progress = time.monotonic()
         self.passes += 1
-        if not progressed or self.passes % CTL_EVERY == 0:
+        if not progressed or self._control_tags or self.passes % CTL_EVERY == 0:
             self._serve_control()
         if self.settings.timeout is not None and self._report is None and self.broken is None:
             self._check_timeout()
@@ -260,8 +270,8 @@ class Engine:
                 rid, snap = obj
                 if self._report is not None and rid == self._report["id"]:
                     self._report["snaps"][src] = snap
-            elif tag == TAG_TOKEN and self.token_handler is not None:
-                self.token_handler(src, obj)
+            elif tag in self._control_tags:
+                self.policy.on_control(src, tag, obj)
         ctl.reap()
 
     def snapshot(self) -> dict:
@@ -274,11 +284,18 @@ class Engine:
 
     # -- watchdog ------------------------------------------------------------------------
     def _check_timeout(self) -> None:
+        """A running collective without progress for ``timeout`` fires; so does a queued
+        one (waiting for a slot, or for its global order) issued that long ago, when
+        nothing at all progressed on this rank meanwhile."""
         now = time.monotonic()
         limit = self.settings.timeout
+        stalled = now - self.last_progress > limit
         for t in self.policy.live():
             if t.state == RUNNING and now - t.last_progress > limit:
                 self._start_report(t, now - t.last_progress)
+                return
+            if t.state != RUNNING and stalled and now - t.t_issue > limit:
+                self._start_report(t, now - max(t.t_issue, self.last_progress))
                 return
 
     def _start_report(self, task, idle: float) -> None:
@@ -300,7 +317,8 @@ class Engine:
         self._last_tasks = rep["snaps"][self.control.rank]["tasks"]
         text = format_report(rep["trigger"], rep["snaps"], self.control.size,
                              self.settings.report_wait)
-        print(text, file=sys.stderr, flush=True)
+        if self.settings.print_report:
+            print(text, file=sys.stderr, flush=True)
         exc = CollectiveTimeout(
             f"rank {self.control.rank}: {rep['trigger']['what']} made no progress for "
             f"{rep['trigger']['idle']:.1f} s (timeout={self.settings.timeout:g})", text)

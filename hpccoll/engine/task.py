@@ -119,11 +119,12 @@ class Lane:
 
 class Task:
     __slots__ = (
-        "work", "comm", "coll", "dtype", "count", "root", "op", "seq", "key", "data", "check",
+        "work", "comm", "coll", "dtype", "count", "root", "op", "seq", "key", "key_instance",
+        "data", "check",
         "fp", "state", "error", "result", "doomed", "retired", "gseq",
         # counters and times (reports, traces, policies)
         "t_issue", "t_start", "t_end", "last_progress", "polls", "tries", "yields",
-        "yields_progress", "spins", "threshold", "consecutive",
+        "yields_progress", "spins", "threshold", "consecutive", "made_progress",
     )
 
     def __init__(self, work, comm, coll, dtype, count, root, op, seq, key, tag, mpi_comm,
@@ -132,6 +133,7 @@ class Task:
         self.comm = comm
         self.coll, self.dtype, self.count, self.root, self.op = coll, dtype, count, root, op
         self.seq, self.key = seq, key
+        self.key_instance = 0
         self.data = Lane(program, bufs, op, mpi_comm, tag)
         self.fp = fp                 # int64 fingerprint, or None when checks are off / 1 rank
         self.check = None
@@ -150,7 +152,9 @@ class Task:
         self.t_issue, self.t_start, self.t_end = now, None, None
         self.last_progress = now
         self.polls = self.tries = self.yields = self.yields_progress = 0
-        self.spins = self.threshold = self.consecutive = 0
+        self.spins = self.threshold = 0
+        self.consecutive = 1
+        self.made_progress = False
 
     # -- identity -----------------------------------------------------------------
     @property

@@ -13,8 +13,15 @@ The table is ordered from the recommended default to the baseline.
 from __future__ import annotations
 
 from .fifo import FifoPolicy
+from .ordered import OrderedPolicy
+from .preemptive import PreemptivePolicy
 
+# preemptive first: deadlock-free without coordination, and the default;
+# ordered: deadlock-free by a negotiated global launch order (a token round per burst);
+# fifo last: the NCCL-like baseline that may deadlock.
 POLICIES = {
+    "preemptive": PreemptivePolicy,
+    "ordered": OrderedPolicy,
     "fifo": FifoPolicy,
 }
 

@@ -1,0 +1,374 @@
+"""Deadlock workloads: collectives issued in rank-divergent orders, every result checked.
+
+    mpiexec -n 4 python -m hpccoll.chaos SCENARIO [--policy P|all] [--iters N] [--bytes B] ...
+
+Scenarios (each a class with the same shape: make communicators, issue one iteration):
+
+- abba:  two communicators over the same ranks, opposite issue order on alternating ranks;
+- latin: n communicators over the same n ranks; rank r issues its allreduces in the order
+         of row r of a seeded n x n Latin square (DFCCL's deadlock test);
+- 3d:    data x tensor x pipeline groups (2x2x2 on 8 ranks, 1x2x2 on 4), a phase of
+         collectives per step issued in rank-dependent seeded orders, and random
+         synchronization points between phases (a rank waits on earlier collectives
+         before issuing more, as an implicit device sync does);
+- mixed: alltoall on one communicator against allreduce on another, divergent order,
+         then a synchronization on both (the production hang).
+
+Under preemptive and ordered every scenario must complete with correct results; under fifo
+the divergent ones must end in CollectiveTimeout with a report, on every rank.  The exit
+code says whether the outcome was the expected one (--expect; default: complete, or
+timeout for fifo on a divergent scenario).
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import hpccoll
+from .errors import CollectiveTimeout, HpcCollError
+from .timing import parse_bytes
+
+POLICIES = ("preemptive", "ordered", "fifo")
+
+
+@dataclass
+class Check:
+    work: object
+    expected: np.ndarray
+    label: str
+
+
+class Scenario:
+    """Base: ``comms`` made in __init__ (collective, same order everywhere), ``iteration``
+    issues one step and returns what to check once everything completed."""
+    name = ""
+
+    def __init__(self, ctx, args):
+        self.ctx, self.args = ctx, args
+        self.rank, self.size = ctx.rank, ctx.size
+        self.count = max(1, args.bytes // 4)
+        self.comms: list = []
+
+    @classmethod
+    def divergent(cls, n: int) -> bool:
+        return n > 1
+
+    def value(self, comm, it: int, salt: int = 0) -> np.ndarray:
+        """This rank's contribution: integral float32 values, so sums are exact."""
+        base = (comm.rank + 1) * 3 + it % 7 + salt
+        return np.full(self.count, base, dtype=np.float32)
+
+    def allreduce(self, comm, it: int, salt: int = 0) -> Check:
+        x = self.value(comm, it, salt)
+        total = sum((r + 1) * 3 + it % 7 + salt for r in range(comm.size))
+        return Check(comm.allreduce(x), np.full(self.count, total, np.float32),
+                     f"allreduce on {comm.name}")
+
+    def free(self) -> None:
+        for c in self.comms:
+            c.free()
+
+
+class Abba(Scenario):
+    name = "abba"
+
+    def __init__(self, ctx, args):
+        super().__init__(ctx, args)
+        self.comms = [ctx.world.dup(name="A"), ctx.world.dup(name="B")]
+
+    def iteration(self, it):
+        order = self.comms if self.rank % 2 == 0 else self.comms[::-1]
+        return [self.allreduce(c, it, salt=self.comms.index(c)) for c in order]
+
+
+def latin_square(n: int, seed: int) -> list[list[int]]:
+    """A seeded random n x n Latin square: the cyclic one with rows, columns and symbols
+    permuted."""
+    rng = random.Random(seed)
+    rows, cols, syms = list(range(n)), list(range(n)), list(range(n))
+    rng.shuffle(rows), rng.shuffle(cols), rng.shuffle(syms)
+    return [[syms[(rows[r] + cols[c]) % n] for c in range(n)] for r in range(n)]
+
+
+class Latin(Scenario):
+    name = "latin"
+
+    def __init__(self, ctx, args):
+        super().__init__(ctx, args)
+        self.comms = [ctx.world.dup(name=f"L{i}") for i in range(self.size)]
+        self.square = latin_square(self.size, args.seed)
+
+    def iteration(self, it):
+        return [self.allreduce(self.comms[c], it, salt=c) for c in self.square[self.rank]]
+
+
+def grid_dims(n: int) -> tuple[int, int, int]:
+    """(dp, tp, pp) with dp * tp * pp = n, tp and pp as large as possible and balanced:
+    8 -> (2, 2, 2), 4 -> (1, 2, 2), 2 -> (1, 1, 2)."""
+    best = (n, 1, 1)
+    for pp in range(1, n + 1):
+        for tp in range(1, n // pp + 1):
+            if n % (pp * tp) == 0:
+                dp = n // (pp * tp)
+                key = (dp <= tp <= pp, -max(dp, tp, pp), pp, tp)
+                bkey = (best[0] <= best[1] <= best[2], -max(best), best[2], best[1])
+                if key > bkey:
+                    best = (dp, tp, pp)
+    return best
+
+
+def interleave(ops: list, rng: random.Random) -> list:
+    """A random interleaving of ``(comm, make)`` ops that keeps each communicator's own
+    order: on one communicator, collectives match by issue order (MPI semantics), so only
+    the order *across* communicators may differ between ranks."""
+    queues: dict = {}
+    for op in ops:
+        queues.setdefault(op[0], []).append(op)
+    out = []
+    while queues:
+        comm = rng.choice(sorted(queues))
+        out.append(queues[comm].pop(0))
+        if not queues[comm]:
+            del queues[comm]
+    return out
+
+
+class ThreeD(Scenario):
+    """Each step: phase 1 (tensor-parallel allreduce + allgather, pipeline broadcast, data-
+    parallel allreduce), a synchronization point, phase 2 (pipeline allreduce, data-parallel
+    reduce_scatter, tensor-parallel allreduce), a synchronization point.  Within a phase the
+    issue order depends on the rank; in step 0 ranks whose grid parity is even issue tensor-
+    parallel work first and the others last, which closes a cycle in every tp x dp or
+    tp x pp plane (a guaranteed circular wait under fifo)."""
+    name = "3d"
+
+    def __init__(self, ctx, args):
+        super().__init__(ctx, args)
+        self.dims = grid_dims(self.size)
+        dp, tp, pp = self.dims
+        d, rest = divmod(self.rank, tp * pp)
+        t, p = divmod(rest, pp)
+        self.coord = (d, t, p)
+        w = ctx.world
+        # split in a fixed order on every rank: collective calls
+        self.dp = w.split(t * pp + p, key=d, name=f"dp(t{t},p{p})")
+        self.tp = w.split(d * pp + p, key=t, name=f"tp(d{d},p{p})")
+        self.pp = w.split(d * tp + t, key=p, name=f"pp(d{d},t{t})")
+        self.comms = [self.dp, self.tp, self.pp]
+
+    @classmethod
+    def divergent(cls, n: int) -> bool:
+        dp, tp, pp = grid_dims(n)
+        return sum(x > 1 for x in (dp, tp, pp)) >= 2
+
+    def _gather(self, comm, it, salt):
+        x = self.value(comm, it, salt)[: max(1, self.count // max(1, comm.size))]
+        want = np.concatenate([np.full(x.size, (r + 1) * 3 + it % 7 + salt, np.float32)
+                               for r in range(comm.size)])
+        return Check(comm.allgather(x), want, f"allgather on {comm.name}")
+
+    def _bcast(self, comm, it, salt):
+        buf = self.value(comm, it, salt) if comm.rank == 0 else np.zeros(self.count, np.float32)
+        return Check(comm.broadcast(buf, root=0), np.full(self.count, 3 + it % 7 + salt, np.float32),
+                     f"broadcast on {comm.name}")
+
+    def _rs(self, comm, it, salt):
+        m = max(1, self.count // comm.size)
+        x = np.full(m * comm.size, (comm.rank + 1) * 3 + it % 7 + salt, np.float32)
+        total = sum((r + 1) * 3 + it % 7 + salt for r in range(comm.size))
+        return Check(comm.reduce_scatter(x), np.full(m, total, np.float32),
+                     f"reduce_scatter on {comm.name}")
+
+    def iteration(self, it):
+        rng = random.Random(hash((self.args.seed, self.rank, it)) & 0xFFFFFFFF)
+        d, t, p = self.coord
+        phase1 = [("tp", lambda: self.allreduce(self.tp, it, 1)),
+                  ("tp", lambda: self._gather(self.tp, it, 2)),
+                  ("pp", lambda: self._bcast(self.pp, it, 3)),
+                  ("dp", lambda: self.allreduce(self.dp, it, 4))]
+        phase2 = [("pp", lambda: self.allreduce(self.pp, it, 5)),
+                  ("dp", lambda: self._rs(self.dp, it, 6)),
+                  ("tp", lambda: self.allreduce(self.tp, it, 7))]
+        checks = []
+        for phase in (phase1, phase2):
+            if it == 0:
+                tp_first = (d + t + p) % 2 == 0
+                phase = sorted(phase, key=lambda op: (op[0] != "tp") if tp_first else (op[0] == "tp"))
+            else:
+                phase = interleave(phase, rng)
+            issued = [make() for _, make in phase]
+            checks += issued
+            # synchronization point: wait on a random subset of this phase's collectives
+            for c in issued:
+                if rng.random() < 0.5:
+                    c.work.wait()
+        return checks
+
+
+class Mixed(Scenario):
+    name = "mixed"
+
+    def __init__(self, ctx, args):
+        super().__init__(ctx, args)
+        self.a2a = ctx.world.dup(name="ep")      # expert parallel: alltoall
+        self.ar = ctx.world.dup(name="dp")       # data parallel: allreduce
+        self.comms = [self.a2a, self.ar]
+
+    def iteration(self, it):
+        n, r = self.size, self.rank
+        m = max(1, self.count // n)
+        x = np.concatenate([np.full(m, r * 1000 + q + it % 5, np.float32) for q in range(n)])
+        want = np.concatenate([np.full(m, q * 1000 + r + it % 5, np.float32) for q in range(n)])
+        make = [lambda: Check(self.a2a.alltoall(x), want, "alltoall on ep"),
+                lambda: self.allreduce(self.ar, it)]
+        checks = [f() for f in (make if r % 2 == 0 else make[::-1])]
+        for c in checks:          # the implicit device synchronization
+            c.work.wait()
+        return checks
+
+
+SCENARIOS = {cls.name: cls for cls in (Abba, Latin, ThreeD, Mixed)}
+
+
+@dataclass
+class Outcome:
+    policy: str
+    outcome: str = "complete"          # complete | timeout | wrong | error
+    iters: int = 0
+    seconds: float = 0.0
+    yields: int = 0
+    tries: int = 0
+    switches: int = 0
+    parks: int = 0
+    detail: str = ""
+    wrong: list = field(default_factory=list)
+
+
+def run_policy(name: str, policy: str, args) -> Outcome:
+    out = Outcome(policy)
+    ctx = hpccoll.init(policy=policy, timeout=args.timeout, max_active=args.max_active,
+                       print_report=args.verbose)
+    try:
+        scenario = SCENARIOS[name](ctx, args)
+        t0 = time.perf_counter()
+        try:
+            for it in range(args.iters):
+                checks = scenario.iteration(it)
+                for c in checks:
+                    got = c.work.wait()
+                    if not np.array_equal(got.reshape(-1), c.expected):
+                        out.wrong.append(f"iteration {it}: {c.label}")
+                    k = c.work.counters
+                    out.yields += k.get("yields", 0)
+                    out.tries += k.get("tries", 0)
+                out.iters = it + 1
+            out.outcome = "wrong" if out.wrong else "complete"
+        except CollectiveTimeout as exc:
+            out.outcome = "timeout"
+            out.detail = exc.report
+        except HpcCollError as exc:
+            out.outcome = "error"
+            out.detail = str(exc)
+        out.seconds = time.perf_counter() - t0
+        stats = ctx.stats()
+        out.switches, out.parks = stats["switches"], stats["parks"]
+        if out.outcome in ("complete", "wrong"):
+            scenario.free()
+    finally:
+        ctx.close()
+    return out
+
+
+def expected_outcome(name: str, policy: str, n: int, expect: str) -> str:
+    if expect != "auto":
+        return expect
+    return "timeout" if policy == "fifo" and SCENARIOS[name].divergent(n) else "complete"
+
+
+def _diagnosis(report: str) -> str:
+    for line in report.splitlines():
+        if line.startswith("Diagnosis:"):
+            return line
+    return report.splitlines()[0] if report else ""
+
+
+def run_scenario(name: str, policies, args, mpi_world) -> bool:
+    """Run ``name`` under each policy in turn; rank 0 prints the summary table.  True on
+    every rank if every policy behaved as expected."""
+    from mpi4py import MPI
+    results = [run_policy(name, pol, args) for pol in policies]
+    ok = all(r.outcome == expected_outcome(name, r.policy, mpi_world.size, args.expect)
+             for r in results)
+    ok = mpi_world.allreduce(ok, op=MPI.LAND)
+    rows = mpi_world.gather([(r.outcome, r.iters, r.seconds, r.yields, r.switches, r.wrong[:3])
+                             for r in results], root=0)
+    if mpi_world.rank == 0:
+        print(f"chaos {name}: {mpi_world.size} ranks, {args.iters} iterations, {args.bytes} B per "
+              f"collective, max_active {args.max_active}, timeout {args.timeout:g} s")
+        print(f"{'policy':<11}{'outcome':<10}{'iters':>6}{'time (s)':>10}{'it/s':>9}"
+              f"{'yields':>8}{'switches':>10}  expected")
+        for i, res in enumerate(results):
+            per_rank = [rows[k][i] for k in range(mpi_world.size)]
+            outcomes = sorted({x[0] for x in per_rank})
+            iters = min(x[1] for x in per_rank)
+            secs = max(x[2] for x in per_rank)
+            yields = sum(x[3] for x in per_rank)
+            switches = sum(x[4] for x in per_rank)
+            want = expected_outcome(name, res.policy, mpi_world.size, args.expect)
+            rate = iters / secs if secs > 0 and iters else 0.0
+            print(f"{res.policy:<11}{'/'.join(outcomes):<10}{iters:>6}{secs:>10.2f}{rate:>9.1f}"
+                  f"{yields:>8}{switches:>10}  {want}{'' if outcomes == [want] else '  <-- UNEXPECTED'}")
+            wrong = [w for x in per_rank for w in x[5]]
+            if wrong:
+                print(f"    wrong results: {wrong[:3]}")
+            if res.outcome == "timeout":
+                print(f"    {_diagnosis(res.detail)[:400]}")
+            elif res.outcome == "error":
+                print(f"    {res.detail[:400]}")
+        print("OK: every policy behaved as expected" if ok else "FAILED: unexpected outcome")
+        sys.stdout.flush()
+    return ok
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hpccoll.chaos", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("scenario", choices=sorted(SCENARIOS))
+    p.add_argument("--policy", default="preemptive", choices=POLICIES + ("all",),
+                   help="scheduling policy; 'all' runs each in turn (default: preemptive)")
+    p.add_argument("--iters", type=int, default=20, help="iterations (default 20)")
+    p.add_argument("--bytes", type=parse_bytes, default=4096,
+                   help="message size per collective, K/M suffixes (default 4K)")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="watchdog timeout in seconds (default 10)")
+    p.add_argument("--max-active", type=int, default=1, help="execution slots (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--expect", choices=("auto", "complete", "timeout"), default="auto",
+                   help="outcome that makes the exit code 0 (auto: timeout for fifo on a "
+                        "divergent scenario, complete otherwise)")
+    p.add_argument("--verbose", action="store_true", help="print full watchdog reports")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    try:
+        policies = POLICIES if args.policy == "all" else (args.policy,)
+        ok = run_scenario(args.scenario, policies, args, world)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        world.Abort(1)
+        return 1
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""ordered: one global launch order for all communicators, negotiated by a token.
+
+A collective waits (unordered) until the token has seen every member issue it and
+gave it a global sequence number (gseq); every rank then launches its collectives
+strictly in gseq order and runs them like fifo (``max_active`` slots).  The
+protocol is hpccoll.ordering; the argument for its correctness is docs/ordering.md.
+
+Collectives on single-rank communicators need no order and launch at once.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from ...ordering import KIND_REST, KIND_TOKEN, KIND_WAKE, TokenRing
+from ..control import TAG_REST, TAG_TOKEN, TAG_WAKE
+
+_KIND_TAG = {KIND_TOKEN: TAG_TOKEN, KIND_REST: TAG_REST, KIND_WAKE: TAG_WAKE}
+_TAG_KIND = {v: k for k, v in _KIND_TAG.items()}
+
+
+class OrderedPolicy:
+    name = "ordered"
+    control_tags = tuple(_TAG_KIND)
+    park_seconds = 0.001      # a parked rank may be handed the token: look often
+
+    def __init__(self, settings):
+        self.max_active = settings.max_active
+        self.ring = None            # TokenRing, made on first use (needs the world rank)
+        self.engine = None
+        self.unordered: dict = {}   # cid -> task
+        self.ready: deque = deque()  # ordered, not launched, in gseq order
+        self.active: list = []      # launched
+        self.launch_log: deque = deque(maxlen=100_000)   # (gseq, cid) in launch order
+
+    @staticmethod
+    def cid(task):
+        if task.key is None:
+            return (task.comm.uid, task.seq)
+        return (task.comm.uid, ("key", task.key, task.key_instance))
+
+    def admit(self, task) -> None:
+        if task.comm.size == 1:
+            self.ready.append(task)
+            return
+        ctl = self._ring_engine()
+        cid = self.cid(task)
+        self.unordered[cid] = task
+        members = 0
+        for w in task.comm.world_ranks:
+            members |= 1 << w
+        self.ring.issue(cid, members)
+
+    def _ring_engine(self):
+        if self.ring is None:
+            ctl = self.engine.control
+            self.ring = TokenRing(ctl.rank, ctl.size)
+        return self.ring
+
+    def bind(self, engine) -> None:
+        self.engine = engine
+
+    def _send(self, msgs) -> None:
+        for dest, kind, payload in msgs:
+            self.engine.control.send(payload, dest, _KIND_TAG[kind])
+
+    def _learn(self, learned) -> None:
+        for gseq, cid in learned:
+            task = self.unordered.pop(cid, None)
+            if task is not None:
+                task.gseq = gseq
+                self.ready.append(task)
+
+    def on_control(self, src: int, tag: int, payload) -> None:
+        self._ring_engine()
+        msgs, learned = self.ring.on_message(src, _TAG_KIND[tag], payload)
+        self._send(msgs)
+        self._learn(learned)
+
+    def live(self) -> list:
+        return self.active + list(self.ready) + list(self.unordered.values())
+
+    def remove(self, task) -> None:
+        if task in self.active:
+            self.active.remove(task)
+        elif task in self.ready:
+            self.ready.remove(task)
+        else:
+            self.unordered.pop(self.cid(task), None)
+
+    def step(self, engine) -> bool:
+        progressed = False
+        if self.ring is not None and self.ring.unannounced:
+            msgs, learned = self.ring.flush()
+            self._send(msgs)
+            self._learn(learned)
+        for task in tuple(self.active):
+            if task.poll():
+                progressed = True
+            if task.finished:
+                engine.retire(task)
+        while len(self.active) < self.max_active and self.ready:
+            task = self.ready.popleft()
+            self.active.append(task)
+            self.launch_log.append((task.gseq, self.cid(task)))
+            engine.launch(task)
+            progressed = True
+            if task.finished:
+                engine.retire(task)
+        return progressed

@@ -1,0 +1,139 @@
+"""preemptive: DFCCL's daemon.  Collectives that wait for a peer yield their slot.
+
+Every unfinished task sits in the task queue in issue order.  At most
+``max_active`` of them hold an execution slot (are polled).  A task in a slot
+that polls ``threshold`` times without progress *yields*: it keeps its context
+(program counter, transfers in flight, partial buffers) and gives the slot to
+the next task.  Nothing is redone when it gets a slot again.
+
+The walk (who gets the next slot):
+- the head of the queue (the oldest collective) gets up to ``head_tries`` tries
+  in a row; try k has threshold ``spin_threshold * min(k, head_tries)``;
+- then every other waiting task gets one try (threshold ``spin_threshold``), in
+  queue order; when the walk wraps around, the head's tries start again;
+- stickiness: when a wait completes after k fruitless polls, the task's threshold
+  becomes ``max(threshold, stickiness * k)`` for the rest of this try, so a
+  collective whose peers are active holds on longer: approximate gang
+  scheduling without a coordinator.
+
+Why it cannot deadlock, even with one slot: every task gets a slot infinitely
+often (the walk visits all of them), and a slot is never held longer than its
+threshold without progress.  So on every rank every issued collective posts its
+transfers and is polled again and again; once all members posted, MPI completes
+the transfers, and the collective advances.  No rank can wait forever on a peer
+that holds its slot for something else.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+
+class PreemptivePolicy:
+    name = "preemptive"
+
+    def __init__(self, settings):
+        self.max_active = settings.max_active
+        self.spin_threshold = settings.spin_threshold
+        self.stickiness = settings.stickiness
+        self.head_tries = settings.head_tries
+        self.queue: deque = deque()   # unfinished tasks, issue order
+        self.active: list = []        # tasks holding a slot
+        self.cursor = 1               # walk position (index into queue) after the head
+        self.head = None              # the head task whose streak is counted
+        self.head_streak = 0          # consecutive tries the head got
+        self.last = None              # last task given a slot (context switches)
+        self.fruitless = 0            # yields in a row without any progress
+        self.hot = True               # a walk is under way: poll without sleeping
+
+    def admit(self, task) -> None:
+        self.queue.append(task)
+
+    def live(self) -> list:
+        return list(self.queue)
+
+    def remove(self, task) -> None:
+        if task in self.active:
+            self.active.remove(task)
+        if task in self.queue:
+            self.queue.remove(task)
+
+    # -- one scheduling pass -----------------------------------------------------------
+    def step(self, engine) -> bool:
+        progressed = False
+        for task in tuple(self.active):
+            if task.finished:
+                continue
+            if task.poll():
+                progressed = True
+                self.fruitless = 0
+                self.hot = True
+                task.made_progress = True
+                if task.spins:
+                    task.threshold = max(task.threshold, self.stickiness * task.spins)
+                task.spins = 0
+                if task.finished:
+                    engine.retire(task)
+            else:
+                task.spins += 1
+                if task.spins > task.threshold:
+                    self._yield(task)
+        while len(self.active) < self.max_active:
+            task = self._next()
+            if task is None:
+                break
+            self._try(engine, task)
+            progressed = True
+        return progressed
+
+    def _yield(self, task) -> None:
+        """Give the slot up; the context stays in the task.  Once every task had a
+        fruitless try (a whole walk), the engine may sleep between polls again."""
+        task.yields += 1
+        if task.made_progress:
+            task.yields_progress += 1
+        self.active.remove(task)
+        self.fruitless += 1
+        self.hot = self.fruitless <= len(self.queue) + self.head_tries
+
+    def _try(self, engine, task) -> None:
+        task.tries += 1
+        task.spins = 0
+        task.made_progress = False
+        task.threshold = self.spin_threshold * min(task.consecutive, self.head_tries)
+        self.active.append(task)
+        if task is not self.last:
+            engine.switches += 1
+            self.last = task
+        if task.t_start is None:
+            engine.launch(task)       # first try: post the first transfers
+            if task.finished:
+                engine.retire(task)
+
+    def _next(self):
+        """The next task to give a slot to, following the walk; None if all are active."""
+        q = self.queue
+        if not q:
+            return None
+        head = q[0]
+        if head is not self.head:     # a new head starts a new streak
+            self.head, self.head_streak, self.cursor = head, 0, 1
+        if head not in self.active and self.head_streak < self.head_tries:
+            self.head_streak += 1
+            head.consecutive = self.head_streak
+            return head
+        n = len(q)
+        for _ in range(2):            # at most one wrap-around
+            while self.cursor < n:
+                task = q[self.cursor]
+                self.cursor += 1
+                if task not in self.active:
+                    task.consecutive = 1
+                    return task
+            # wrapped: the head gets its streak of tries again
+            self.cursor = 1
+            self.head_streak = 0
+            if head not in self.active:
+                self.head_streak = 1
+                head.consecutive = 1
+                return head
+        return None

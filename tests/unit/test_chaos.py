@@ -1,0 +1,77 @@
+"""Deadlock workloads under real mpiexec: preemptive and ordered complete with correct
+results (checked inside the job against expectations computed from the ranks); fifo ends
+in CollectiveTimeout on every rank within timeout + 2 s, with a report naming the cycle.
+Each job runs all three policies in turn (--policy all) and exits 0 only if every policy
+behaved as expected."""
+import re
+
+import pytest
+
+from hpccoll.chaos import SCENARIOS, grid_dims, latin_square
+from tests import launch
+
+TIMEOUT = 3
+
+
+def run_all(n, scenario, *extra, iters=4):
+    proc = launch.run(n, ["-m", "hpccoll.chaos", scenario, "--policy", "all", "--iters",
+                          str(iters), "--timeout", str(TIMEOUT), *extra], timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    rows = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(r"(preemptive|ordered|fifo)\s+(\S+)\s+(\d+)\s+([\d.]+)", line)
+        if m:
+            rows[m.group(1)] = (m.group(2), int(m.group(3)), float(m.group(4)))
+    assert set(rows) == {"preemptive", "ordered", "fifo"}, proc.stdout
+    return rows, proc.stdout
+
+
+def check(rows, out, n, scenario, iters):
+    for policy in ("preemptive", "ordered"):
+        assert rows[policy][:2] == ("complete", iters), out
+    if SCENARIOS[scenario].divergent(n):
+        outcome, done, secs = rows["fifo"]
+        assert outcome == "timeout", out
+        assert secs < TIMEOUT + 2, out       # the slowest rank's time until the error
+        assert "circular wait" in out
+    else:
+        assert rows["fifo"][0] == "complete", out
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_scenario_small_messages(n, scenario):
+    rows, out = run_all(n, scenario)
+    check(rows, out, n, scenario, 4)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("scenario", ["latin", "mixed"])
+def test_scenario_large_messages(n, scenario):
+    """1 MiB per collective: ring algorithms, many chunks, yields between chunks."""
+    rows, out = run_all(n, scenario, "--bytes", "1M", "--max-active", "1", iters=2)
+    check(rows, out, n, scenario, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["latin", "3d"])
+def test_eight_ranks(scenario):
+    rows, out = run_all(8, scenario, iters=3)
+    check(rows, out, 8, scenario, 3)
+
+
+def test_latin_square_is_latin():
+    for n in range(1, 9):
+        for seed in range(5):
+            sq = latin_square(n, seed)
+            assert all(sorted(row) == list(range(n)) for row in sq)
+            assert all(sorted(col) == list(range(n)) for col in zip(*sq))
+
+
+def test_grid_dims():
+    assert grid_dims(8) == (2, 2, 2)
+    assert grid_dims(4) == (1, 2, 2)
+    assert grid_dims(2) == (1, 1, 2)
+    for n in range(1, 13):
+        dp, tp, pp = grid_dims(n)
+        assert dp * tp * pp == n
