@@ -219,6 +219,7 @@ class Context:
         if base == MPI.COMM_NULL:
             raise ArgumentError("comm: expected a communicator this rank belongs to, got COMM_NULL")
         self._closed = False
+        self._epoch = time.time() - time.monotonic()   # monotonic -> wall clock, for traces
         self._comms: list = []
         self._ctl = base.Dup()
         self.rank, self.size = self._ctl.Get_rank(), self._ctl.Get_size()
@@ -251,7 +252,27 @@ class Context:
         return Communicator(self, mpi_comm.Dup(), name or f"wrapped{n}", f"x{n}:{name}")
 
     def stats(self) -> dict:
+        """Engine counters: passes, parks, wakeups, context switches, policy."""
         return self._engine.stats()
+
+    def trace(self, clear: bool = False) -> list:
+        """Completed collectives, one dict each, when the context was made with trace=True:
+        comm, ident, coll, dtype, count, bytes, algo, state, t_issue/t_start/t_end
+        (time.time() seconds), tries, yields, yields_progress, polls, gseq, yield_times."""
+        engine = self._engine
+        if engine.trace is None:
+            raise HpcCollError("tracing is off: hpccoll.init(trace=True) or HPCCOLL_TRACE=1")
+        with engine.lock:
+            records = list(engine.trace)
+            if clear:
+                engine.trace.clear()
+        shift = self._epoch
+        for r in records:
+            for k in ("t_issue", "t_start", "t_end"):
+                if r[k] is not None:
+                    r[k] += shift
+            r["yield_times"] = [t + shift for t in r["yield_times"]]
+        return records
 
     # -- internals ---------------------------------------------------------------------
     def _register(self, comm: Communicator) -> None:

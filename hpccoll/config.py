@@ -124,6 +124,9 @@ SETTINGS: tuple[Setting, ...] = (
             "collective so that ranks that disagree raise CollectiveMismatch instead of hanging."),
     Setting("report_wait", float, 1.0,
             "Seconds a rank that hit the timeout waits for the other ranks' reports.", minimum=0.0),
+    Setting("trace", bool, False,
+            "Record one entry per completed collective (issue, start and end times, yields with "
+            "their times, counters) for ctx.trace(): HDF5 logs and timeline exports."),
     Setting("print_report", bool, True,
             "Print the watchdog report to stderr on every rank whose timeout fires (it is also "
             "in CollectiveTimeout.report)."),

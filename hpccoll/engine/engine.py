@@ -52,6 +52,7 @@ class Engine:
         self._report_id = 0
         self._last_tasks = None
         self.last_progress = time.monotonic()   # any task's progress, for the watchdog
+        self.trace = deque(maxlen=1_000_000) if settings.trace else None
         self._live = 0
         # counters (per daemon)
         self.passes = self.parks = self.wakeups = 0
@@ -207,6 +208,8 @@ class Engine:
                 self._complete(task, admitted=False)
                 continue
             self._live += 1
+            if self.trace is not None:
+                task.yield_times = []
             self.policy.admit(task)
         if self._live and self.broken is None:
             if self.policy.step(self):
@@ -245,6 +248,8 @@ class Engine:
         if admitted:
             self.policy.remove(task)
             self._live -= 1
+        if self.trace is not None:
+            self.trace.append(task.trace_record(self.control.rank))
         if task.state == FAILED:
             task.cancel_transfers()
         task.comm._retire(task)

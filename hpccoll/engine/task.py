@@ -124,7 +124,7 @@ class Task:
         "fp", "state", "error", "result", "doomed", "retired", "gseq",
         # counters and times (reports, traces, policies)
         "t_issue", "t_start", "t_end", "last_progress", "polls", "tries", "yields",
-        "yields_progress", "spins", "threshold", "consecutive", "made_progress",
+        "yields_progress", "spins", "threshold", "consecutive", "made_progress", "yield_times",
     )
 
     def __init__(self, work, comm, coll, dtype, count, root, op, seq, key, tag, mpi_comm,
@@ -155,6 +155,7 @@ class Task:
         self.spins = self.threshold = 0
         self.consecutive = 1
         self.made_progress = False
+        self.yield_times = None      # a list when tracing
 
     # -- identity -----------------------------------------------------------------
     @property
@@ -261,6 +262,18 @@ class Task:
         self.data.cancel()
         if self.check is not None:
             self.check.cancel()
+
+    def trace_record(self, rank: int) -> dict:
+        """One trace entry (monotonic seconds; Context.trace() adds wall-clock times)."""
+        itemsize = self.dtype.itemsize
+        return {
+            "rank": rank, "comm": self.comm.name, "ident": self.ident, "coll": self.coll,
+            "dtype": dtype_name(self.dtype), "count": self.count, "bytes": self.count * itemsize,
+            "algo": self.data.program.algo, "state": self.state, "t_issue": self.t_issue,
+            "t_start": self.t_start, "t_end": self.t_end, "tries": self.tries,
+            "yields": self.yields, "yields_progress": self.yields_progress, "polls": self.polls,
+            "gseq": self.gseq, "yield_times": list(self.yield_times or ()),
+        }
 
     # -- diagnosis --------------------------------------------------------------------
     def snapshot(self) -> dict:

@@ -98,3 +98,22 @@ def test_idle_daemon_parks_and_wakes():
             time.sleep(0.001)
         assert w._done
         assert w.wait().tolist() == [float(ctx.size)] * 4
+
+
+def test_trace_records_every_collective():
+    import time
+    with hpccoll.init(policy="preemptive", trace=True, timeout=30) as ctx:
+        before = time.time()
+        works = [ctx.world.allreduce(np.ones(5)) for _ in range(3)] + [ctx.world.barrier()]
+        for w in works:
+            w.wait()
+        records = ctx.trace(clear=True)
+        assert [r["coll"] for r in records] == ["allreduce"] * 3 + ["barrier"]
+        for r in records:
+            assert before - 1 <= r["t_issue"] <= r["t_start"] <= r["t_end"] <= time.time() + 1
+            assert r["state"] == "done" and r["rank"] == ctx.rank
+            assert len(r["yield_times"]) == r["yields"]
+        assert ctx.trace() == []
+    with hpccoll.init() as ctx:
+        with pytest.raises(hpccoll.HpcCollError, match="tracing is off"):
+            ctx.trace()

@@ -25,6 +25,7 @@ that holds its slot for something else.
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 
 
@@ -89,6 +90,8 @@ class PreemptivePolicy:
         """Give the slot up; the context stays in the task.  Once every task had a
         fruitless try (a whole walk), the engine may sleep between polls again."""
         task.yields += 1
+        if task.yield_times is not None:
+            task.yield_times.append(time.monotonic())
         if task.made_progress:
             task.yields_progress += 1
         self.active.remove(task)
