@@ -39,6 +39,48 @@ def _mpi():
     return MPI
 
 
+def _host_lane(call, program, blocks):
+    """Host arrays: NumPy ufuncs, or Numba CPU kernels on ``blocks`` threads (compiled
+    here, on the calling thread, the first time, never inside the engine)."""
+    from .engine.lane import CpuKernelOps, HostOps, Lane
+    ops = HostOps
+    if blocks is not None:
+        from numba_kernels import cpu
+        if blocks > cpu.max_threads():
+            raise ArgumentError(f"blocks: at most {cpu.max_threads()} CPU threads on this machine "
+                                f"(NUMBA_NUM_THREADS), got {blocks}")
+        if call.op is not None:
+            cpu.prepare(call.op, call.send.dtype)
+        ops = CpuKernelOps(blocks)
+    scratch = np.empty(program.scratch, dtype=call.send.dtype)
+    bufs = [call.send.flat, call.recv.flat, scratch]
+    return lambda mpi_comm, tag: Lane(program, bufs, call.op, mpi_comm, tag, ops)
+
+
+def _device_lane(ctx, call, program, blocks, chunk):
+    """Device arrays: CUDA kernels with ``blocks`` blocks (default: the size rule), on
+    hpccoll's stream, after the arrays' own streams finished their queued work."""
+    from . import device
+    from .engine.lane import CudaOps, DeviceLane
+    from numba_kernels import cuda as kernels
+    s = ctx.settings
+    device.wait_for_stream(call.send)
+    if call.recv.array is not call.send.array:
+        device.wait_for_stream(call.recv)
+    if blocks is None:
+        cap = s.max_blocks or 2 * kernels.multiprocessors()
+        blocks = kernels.default_blocks(min(call.count * max(1, ctx.size), chunk),
+                                        s.threads_per_block, cap)
+    kernels.prepare(call.op, call.send.dtype)
+    direct = {"yes": True, "no": False}.get(s.cuda_aware)
+    if direct is None:
+        direct = device.mpi_cuda_aware()
+    scratch = device.empty(program.scratch, call.send.dtype)
+    bufs = [call.send.flat, call.recv.flat, scratch]
+    ops = CudaOps(blocks, s.threads_per_block)
+    return lambda mpi_comm, tag: DeviceLane(program, bufs, call.op, mpi_comm, tag, ops, direct)
+
+
 def _key_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 1
 
@@ -129,38 +171,39 @@ class Communicator:
                 pass
 
     # -- collectives ---------------------------------------------------------------------
-    def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None) -> Work:
+    def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
         self._check()
-        return self._submit(collectives.allreduce(self, sendbuf, recvbuf, op), key)
+        return self._submit(collectives.allreduce(self, sendbuf, recvbuf, op), key, blocks)
 
-    def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None) -> Work:
+    def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None, blocks=None) -> Work:
         self._check()
-        return self._submit(collectives.reduce(self, sendbuf, recvbuf, op, root), key)
+        return self._submit(collectives.reduce(self, sendbuf, recvbuf, op, root), key, blocks)
 
-    def broadcast(self, buf, root=0, key=None) -> Work:
+    def broadcast(self, buf, root=0, key=None, blocks=None) -> Work:
         self._check()
-        return self._submit(collectives.broadcast(self, buf, root), key)
+        return self._submit(collectives.broadcast(self, buf, root), key, blocks)
 
-    def allgather(self, sendbuf, recvbuf=None, key=None) -> Work:
+    def allgather(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
         self._check()
-        return self._submit(collectives.allgather(self, sendbuf, recvbuf), key)
+        return self._submit(collectives.allgather(self, sendbuf, recvbuf), key, blocks)
 
-    def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None) -> Work:
+    def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
         self._check()
-        return self._submit(collectives.reduce_scatter(self, sendbuf, recvbuf, op), key)
+        return self._submit(collectives.reduce_scatter(self, sendbuf, recvbuf, op), key, blocks)
 
-    def alltoall(self, sendbuf, recvbuf=None, key=None) -> Work:
+    def alltoall(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
         self._check()
-        return self._submit(collectives.alltoall(self, sendbuf, recvbuf), key)
+        return self._submit(collectives.alltoall(self, sendbuf, recvbuf), key, blocks)
 
     def barrier(self, key=None) -> Work:
         self._check()
-        return self._submit(collectives.barrier(self), key)
+        return self._submit(collectives.barrier(self), key, None)
 
-    def _submit(self, call: collectives.Call, key: Optional[str]) -> Work:
+    def _submit(self, call: collectives.Call, key: Optional[str], blocks) -> Work:
         ctx = self._ctx
         s = ctx.settings
         key = collectives.check_key(key)
+        blocks = collectives.check_blocks(blocks, s.blocks)
         dt = call.send.dtype
         itemsize = dt.itemsize
         nbytes = algorithms.message_bytes(call.coll, call.count, self.size, itemsize)
@@ -168,7 +211,10 @@ class Communicator:
                     chunk=max(1, s.chunk_bytes // itemsize), depth=s.pipeline_depth,
                     root=call.root, avg=call.op == "avg", inplace=call.inplace)
         program = algorithms.build(spec, algorithms.select(call.coll, nbytes, s.small_msg_bytes))
-        scratch = np.empty(program.scratch, dtype=dt)
+        if call.send.device:
+            make_lane = _device_lane(ctx, call, program, blocks, spec.chunk)
+        else:
+            make_lane = _host_lane(call, program, blocks)
         work = Work(call.coll, ctx._engine)
         with self._lock:
             if key is None:
@@ -191,8 +237,8 @@ class Communicator:
             if s.check_mismatch and self.size > 1:
                 fp = np.array([COLLECTIVES.index(call.coll) + 1, dtype_code(dt), call.count,
                                call.root, op_code(call.op), ident], dtype=np.int64)
-            task = ctx._Task(work, self, call.coll, dt, call.count, call.root, call.op, seq, key, tag,
-                        mpi_comm, program, [call.send.flat, call.recv.flat, scratch], call.result, fp)
+            task = ctx._Task(work, self, call.coll, dt, call.count, call.root, call.op, seq, key,
+                             make_lane(mpi_comm, tag), call.result, fp)
             if key is not None:
                 task.key_instance = self._key_uses[key] = self._key_uses.get(key, 0) + 1
             work._task = task

@@ -119,6 +119,21 @@ SETTINGS: tuple[Setting, ...] = (
             minimum=0, parse=_parse_size),
     Setting("pipeline_depth", int, 2,
             "Chunks a pipelined algorithm keeps in flight.", minimum=1),
+    Setting("blocks", int, None,
+            "Reduction workers per collective when the call passes no blocks=: CUDA thread "
+            "blocks for device arrays (None: a size-based rule, at most max_blocks), CPU threads "
+            "of the Numba kernels for host arrays (None: NumPy ufuncs, one thread).",
+            minimum=1, allow_none=True, parse=lambda t: None if t.strip().lower() in ("", "none") else int(t)),
+    Setting("threads_per_block", int, 256,
+            "CUDA threads per block of the reduction and copy kernels.", minimum=1),
+    Setting("max_blocks", int, None,
+            "Cap of the size-based block rule for device arrays (None: 2 x the GPU's "
+            "multiprocessors).", minimum=1, allow_none=True,
+            parse=lambda t: None if t.strip().lower() in ("", "none") else int(t)),
+    Setting("cuda_aware", str, "auto",
+            "Hand device memory to MPI directly ('yes'), stage it through pinned host buffers "
+            "('no'), or ask the MPI library (MPIX_Query_cuda_support) ('auto').",
+            choices=("auto", "yes", "no")),
     Setting("check_mismatch", bool, True,
             "Send a fingerprint (collective, dtype, count, root, op) with the first message of every "
             "collective so that ranks that disagree raise CollectiveMismatch instead of hanging."),

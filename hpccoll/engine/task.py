@@ -1,9 +1,7 @@
 """A collective in flight on one rank.
 
-A task runs one or two *lanes*.  A lane is a program (the step machine's
-primitives), its program counter and the transfers it has posted: all the
-context a suspended collective needs.  Resuming continues at ``pc`` with the
-same requests, so nothing is redone.
+A task runs one or two *lanes* (engine/lane.py): a program, its program counter
+and the transfers it has posted -- all the context a suspended collective needs.
 
 - the data lane carries the collective itself;
 - the check lane (``check_mismatch``) allgathers every member's fingerprint
@@ -23,98 +21,15 @@ import numpy as np
 from mpi4py import MPI
 
 from ..algorithms import build
-from ..algorithms.primitives import Copy, Post, Reduce, Scale, Wait
 from ..algorithms.spec import COLLECTIVES, Spec
-from ..buffers import DTYPES, OPS, dtype_name, reduce_into, scale_into
+from ..buffers import DTYPES, OPS, dtype_name
 from ..errors import CollectiveMismatch, HpcCollError
-from ..transport import mpi as transport
+from .lane import Lane
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 
 FP_FIELDS = ("collective", "dtype", "count", "root", "op", "sequence")
 TRUNCATE_GRACE = 2.0   # seconds a task that saw a truncated message waits for the check lane
-
-
-class Lane:
-    """One program being executed: pc, posted transfers, and what it waits on."""
-    __slots__ = ("program", "bufs", "_bytes", "itemsize", "op", "mpi", "tag", "pc", "inflight",
-                 "waiting", "waits_done", "bytes_moved")
-
-    def __init__(self, program, bufs, op, mpi_comm, tag):
-        self.program = program
-        self.bufs = bufs
-        self._bytes = [None, None, None]   # byte views, made on first use
-        self.itemsize = bufs[0].dtype.itemsize
-        self.op = op
-        self.mpi = mpi_comm
-        self.tag = tag
-        self.pc = 0
-        self.inflight = {}      # handle -> (requests, [(kind, peer, nbytes)])
-        self.waiting = None
-        self.waits_done = 0
-        self.bytes_moved = 0
-
-    @property
-    def done(self) -> bool:
-        return self.pc >= len(self.program.steps)
-
-    def _view(self, reg):
-        b = self._bytes[reg.buf]
-        if b is None:
-            b = self._bytes[reg.buf] = self.bufs[reg.buf].view(np.uint8)
-        return b[reg.off * self.itemsize:(reg.off + reg.n) * self.itemsize]
-
-    def _arr(self, reg):
-        return self.bufs[reg.buf][reg.off:reg.off + reg.n]
-
-    def run(self) -> bool:
-        """Execute until a Wait whose transfers are still in flight, or the end.
-        True if anything moved."""
-        steps = self.program.steps
-        start = self.pc
-        if self.waiting is not None:
-            reqs, _ = self.inflight[self.waiting]
-            if not transport.test_all(reqs):
-                return False
-        while self.pc < len(steps):
-            p = steps[self.pc]
-            kind = type(p)
-            if kind is Wait:
-                reqs, descr = self.inflight[p.h]
-                if not transport.test_all(reqs):
-                    self.waiting = p.h
-                    return self.pc != start
-                del self.inflight[p.h]
-                self.waits_done += 1
-                self.bytes_moved += sum(d[2] for d in descr)
-            elif kind is Post:
-                reqs = transport.post(self.mpi, self.tag, p.sends, p.recvs, self._view)
-                descr = [("recv", peer, reg.n * self.itemsize) for peer, reg in p.recvs] + \
-                        [("send", peer, reg.n * self.itemsize) for peer, reg in p.sends]
-                self.inflight[p.h] = (reqs, descr)
-            elif kind is Reduce:
-                reduce_into(self.op, self._arr(p.dst), self._arr(p.a), self._arr(p.b))
-            elif kind is Copy:
-                np.copyto(self._arr(p.dst), self._arr(p.src))
-            elif kind is Scale:
-                scale_into(self._arr(p.dst), p.divisor)
-            self.pc += 1
-        self.waiting = None
-        return True
-
-    def pending_peers(self):
-        """(peers it waits to receive from, peers its sends are still going to)."""
-        recv_from, send_to = set(), set()
-        if self.waiting is not None and self.waiting in self.inflight:
-            reqs, descr = self.inflight[self.waiting]
-            for still, (kind, peer, _) in zip(transport.pending(reqs), descr):
-                if still:
-                    (recv_from if kind == "recv" else send_to).add(peer)
-        return recv_from, send_to
-
-    def cancel(self) -> None:
-        for reqs, descr in self.inflight.values():
-            transport.cancel(reqs, sum(1 for d in descr if d[0] == "recv"))
 
 
 class Task:
@@ -127,21 +42,20 @@ class Task:
         "yields_progress", "spins", "threshold", "consecutive", "made_progress", "yield_times",
     )
 
-    def __init__(self, work, comm, coll, dtype, count, root, op, seq, key, tag, mpi_comm,
-                 program, bufs, result, fp):
+    def __init__(self, work, comm, coll, dtype, count, root, op, seq, key, data, result, fp):
         self.work = work
         self.comm = comm
         self.coll, self.dtype, self.count, self.root, self.op = coll, dtype, count, root, op
         self.seq, self.key = seq, key
         self.key_instance = 0
-        self.data = Lane(program, bufs, op, mpi_comm, tag)
+        self.data = data             # the collective's lane (host or device)
         self.fp = fp                 # int64 fingerprint, or None when checks are off / 1 rank
         self.check = None
         if fp is not None:
             n, r = comm.size, comm.rank
             chk = build(Spec("allgather", r, n, len(fp)), "direct" if n <= 16 else "bruck")
             self.check = Lane(chk, [fp, np.empty(n * len(fp), np.int64),
-                                    np.empty(chk.scratch, np.int64)], None, mpi_comm, tag + 1)
+                                    np.empty(chk.scratch, np.int64)], None, data.mpi, data.tag + 1)
         self.result = result
         self.state = QUEUED
         self.error = None
@@ -240,7 +154,7 @@ class Task:
         if exc.Get_error_class() not in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS):
             self.fail(HpcCollError(f"MPI error in {self.describe()}: {exc}"))
             return
-        peers = sorted({self.comm.world_ranks[p] for _, d in self.data.inflight.values()
+        peers = sorted({self.comm.world_ranks[p] for _, d, _ in self.data.inflight.values()
                         for kind, p, _ in d if kind == "recv"})
         error = CollectiveMismatch(
             f"collective {self.ident} on communicator {self.comm.name!r}: a message from "
@@ -269,7 +183,8 @@ class Task:
         return {
             "rank": rank, "comm": self.comm.name, "ident": self.ident, "coll": self.coll,
             "dtype": dtype_name(self.dtype), "count": self.count, "bytes": self.count * itemsize,
-            "algo": self.data.program.algo, "state": self.state, "t_issue": self.t_issue,
+            "algo": self.data.program.algo, "ops": self.data.ops.name, "state": self.state,
+            "t_issue": self.t_issue,
             "t_start": self.t_start, "t_end": self.t_end, "tries": self.tries,
             "yields": self.yields, "yields_progress": self.yields_progress, "polls": self.polls,
             "gseq": self.gseq, "yield_times": list(self.yield_times or ()),
