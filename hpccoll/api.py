@@ -15,7 +15,7 @@ from . import algorithms, collectives
 from .algorithms.spec import COLLECTIVES, Spec
 from .buffers import dtype_code, op_code
 from .config import Settings, resolve
-from .errors import ArgumentError, ContextClosed, HpcCollError
+from .errors import ArgumentError, ArgumentTypeError, ContextClosed, HpcCollError
 from .work import Work
 
 
@@ -37,6 +37,27 @@ def _mpi():
             "Do not lower mpi4py.rc.thread_level before importing mpi4py.MPI, or use an MPI "
             "library built with thread support (the 'mpich' wheel has it).")
     return MPI
+
+
+class _RegisteredCall:
+    """A collective whose send and receive buffers both live in registered allocations:
+    (allocation, byte offset, bytes) for each."""
+
+    def __init__(self, send, recv, dtype, coll, inplace):
+        self.send, self.recv, self.dtype = send, recv, dtype
+        # Peers read my buffers at *their* offsets, so what they read must sit at the same
+        # offset of the same allocation on every rank: that goes into the fingerprint.
+        # (NCCL's in-place views put the other buffer at a rank-dependent offset: not read.)
+        if coll == "allreduce":
+            read = (send, recv)
+        elif coll == "allgather" and inplace:
+            read = (recv,)
+        else:
+            read = (send,)
+        h = 1
+        for alloc, off, _ in read:
+            h = ((h * 1_000_003) ^ (alloc.id << 40) ^ off) & ((1 << 62) - 1)
+        self.fingerprint = h | 1
 
 
 def _host_lane(call, program, blocks):
@@ -115,6 +136,8 @@ class Communicator:
         # private duplicates: one for order-matched collectives, one for keyed ones
         self._data = mpi_comm.Dup()
         self._keyed = mpi_comm.Dup()
+        from .transport import shm
+        self._shm = shm.create(mpi_comm, self.world_ranks, ctx.settings)
         ub = ctx._ctl.Get_attr(MPI.TAG_UB) or 32767
         self._tag_space = max(2, (int(ub) + 1) // 2)
         ctx._register(self)
@@ -164,6 +187,9 @@ class Communicator:
         self._free_mpi()
 
     def _free_mpi(self) -> None:
+        if getattr(self, "_shm", None):
+            self._shm["area"].free()
+            self._shm = None
         for c in (self._data, self._keyed, self._mpi):
             try:
                 c.Free()
@@ -207,10 +233,22 @@ class Communicator:
         dt = call.send.dtype
         itemsize = dt.itemsize
         nbytes = algorithms.message_bytes(call.coll, call.count, self.size, itemsize)
-        spec = Spec(call.coll, self.rank, self.size, call.count,
-                    chunk=max(1, s.chunk_bytes // itemsize), depth=s.pipeline_depth,
-                    root=call.root, avg=call.op == "avg", inplace=call.inplace)
-        program = algorithms.build(spec, algorithms.select(call.coll, nbytes, s.small_msg_bytes))
+        shm = self._shm if key is None and not call.send.device else None
+        registered = ctx._registered_pair(call) if shm else None
+        layout = ""
+        if shm:
+            layout = "flat" if len(shm["local"]) == self.size else ("hier" if shm["cross"] else "")
+        choice = algorithms.Choice(nbytes, s.small_msg_bytes, layout, s.shm_min_bytes,
+                                   registered is not None)
+        algo = algorithms.select(call.coll, choice)
+        shared = algo in algorithms.SHM_ALGOS
+        chunk = max(1, (s.shm_slot_bytes if shared else s.chunk_bytes) // itemsize)
+        spec = Spec(call.coll, self.rank, self.size, call.count, chunk=chunk,
+                    depth=s.pipeline_depth, root=call.root, avg=call.op == "avg",
+                    inplace=call.inplace, slots=s.shm_slots,
+                    registered=shared and registered is not None,
+                    local=shm["local"] if shared else (), cross=(shm["cross"] or ()) if shared else ())
+        program = algorithms.build(spec, algo)
         if call.send.device:
             make_lane = _device_lane(ctx, call, program, blocks, spec.chunk)
         else:
@@ -236,9 +274,17 @@ class Communicator:
             fp = None
             if s.check_mismatch and self.size > 1:
                 fp = np.array([COLLECTIVES.index(call.coll) + 1, dtype_code(dt), call.count,
-                               call.root, op_code(call.op), ident], dtype=np.int64)
+                               call.root, op_code(call.op), ident,
+                               registered.fingerprint if registered else 0], dtype=np.int64)
+            lane = make_lane(mpi_comm, tag)
+            if shared:
+                # epochs follow issue order on the communicator: the same on every rank
+                area = shm["area"]
+                lane.shm = ctx._shm_runtime(self, shm, area.epoch,
+                                            registered if spec.registered else None)
+                area.epoch += program.epochs
             task = ctx._Task(work, self, call.coll, dt, call.count, call.root, call.op, seq, key,
-                             make_lane(mpi_comm, tag), call.result, fp)
+                             lane, call.result, fp)
             if key is not None:
                 task.key_instance = self._key_uses[key] = self._key_uses.get(key, 0) + 1
             work._task = task
@@ -265,6 +311,9 @@ class Context:
         if base == MPI.COMM_NULL:
             raise ArgumentError("comm: expected a communicator this rank belongs to, got COMM_NULL")
         self._closed = False
+        self._allocs: list = []        # registered allocations (ctx.empty)
+        self._node = None              # world ranks on this node (registered buffers)
+        self._node_index: dict = {}
         self._epoch = time.time() - time.monotonic()   # monotonic -> wall clock, for traces
         self._comms: list = []
         self._ctl = base.Dup()
@@ -300,6 +349,66 @@ class Context:
     def stats(self) -> dict:
         """Engine counters: passes, parks, wakeups, context switches, policy."""
         return self._engine.stats()
+
+    # -- registered (node-shared, symmetric) buffers -----------------------------------------
+    def empty(self, n: int, dtype=np.float64) -> np.ndarray:
+        """A NumPy array of n elements in node-shared memory that every rank on the node can
+        read: collectives on such arrays skip the copy into shared memory.  Collective over
+        the world, symmetric: every rank asks for the same n and dtype, and uses the same
+        array (same offset) in a collective on every rank."""
+        self._check_open()
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ArgumentError(f"n: expected a non-negative integer, got {n!r}")
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            raise ArgumentTypeError(f"dtype: not a NumPy dtype: {dtype!r}") from None
+        nbytes = int(n) * dt.itemsize
+        sizes = self._ctl.allgather(nbytes)
+        if len(set(sizes)) != 1:
+            raise ArgumentError(f"n: registered buffers are symmetric: every rank must allocate "
+                                f"the same size; got {sorted(set(sizes))} bytes on different ranks")
+        from .transport import shm
+        if self._node is None:
+            self._node = shm.node_comm(self._ctl, list(range(self.size)), None)
+            self._node_index = {w: i for i, w in enumerate(self._node.allgather(self.rank))}
+        alloc = shm.Registered(len(self._allocs) + 1, self._node, nbytes)
+        self._allocs.append(alloc)
+        return alloc.mine[:nbytes].view(dt)
+
+    def zeros(self, n: int, dtype=np.float64) -> np.ndarray:
+        """Like empty(), filled with zeros (collective)."""
+        arr = self.empty(n, dtype)
+        arr[...] = 0
+        self._ctl.Barrier()    # nobody reads a peer's array before the peer zeroed it
+        return arr
+
+    def _registered_pair(self, call):
+        """Where a collective's buffers live in registered memory, or None unless both do."""
+        if not self._allocs:
+            return None
+        found = []
+        for buf in (call.send, call.recv):
+            for alloc in self._allocs:
+                off = alloc.offset(buf.address, buf.nbytes)
+                if off is not None:
+                    found.append((alloc, off, buf.nbytes))
+                    break
+            else:
+                return None
+        return _RegisteredCall(found[0], found[1], call.send.dtype, call.coll, call.inplace)
+
+    def _shm_runtime(self, comm, shm, base, registered):
+        """Run-time state of a shared-memory collective: peers' registered buffers are the
+        same offsets of their own segments (allocations are symmetric)."""
+        from .engine.lane import Shm
+        peer_send = peer_recv = None
+        if registered is not None:
+            nodes = [self._node_index[comm.world_ranks[c]] for c in shm["local"]]
+            (sa, so, sn), (ra, ro, rn) = registered.send, registered.recv
+            peer_send = [sa.segs[i][so:so + sn].view(registered.dtype) for i in nodes]
+            peer_recv = [ra.segs[i][ro:ro + rn].view(registered.dtype) for i in nodes]
+        return Shm(shm["area"], base, shm["local"], peer_send, peer_recv)
 
     def trace(self, clear: bool = False) -> list:
         """Completed collectives, one dict each, when the context was made with trace=True:
@@ -376,6 +485,10 @@ class Context:
         if synced:
             for c in self._comms:
                 c._free_mpi()
+            for alloc in self._allocs:
+                alloc.free()
+            if self._node is not None:
+                self._node.Free()
         self._comms = []
         self.world._freed = True
 

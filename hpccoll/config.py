@@ -134,6 +134,24 @@ SETTINGS: tuple[Setting, ...] = (
             "Hand device memory to MPI directly ('yes'), stage it through pinned host buffers "
             "('no'), or ask the MPI library (MPIX_Query_cuda_support) ('auto').",
             choices=("auto", "yes", "no")),
+    Setting("shm", bool, True,
+            "Let ranks of a communicator that share a node exchange through node-shared memory "
+            "(MPI.Win.Allocate_shared) for allreduce, reduce_scatter and allgather."),
+    Setting("shm_slot_bytes", int, 4 << 20,
+            "Size of each staging slot in a rank's shared segment; a message moves one slot per "
+            "step (every step is a point where the collective can be suspended).",
+            minimum=4096, parse=_parse_size),
+    Setting("shm_slots", int, 2,
+            "Staging slots per rank and communicator (memory: shm_slots x shm_slot_bytes per "
+            "rank per communicator, allocated when the communicator is made).", minimum=1),
+    Setting("shm_min_bytes", int, 64 << 10,
+            "Messages from this size on use shared memory (registered buffers always do); "
+            "smaller ones use MPI point-to-point.", minimum=0, parse=_parse_size),
+    Setting("node_size", int, None,
+            "Pretend every node_size consecutive world ranks form a node (tests of the "
+            "hierarchical algorithms on one machine); None: nodes as MPI reports them.",
+            minimum=1, allow_none=True,
+            parse=lambda t: None if t.strip().lower() in ("", "none") else int(t)),
     Setting("check_mismatch", bool, True,
             "Send a fingerprint (collective, dtype, count, root, op) with the first message of every "
             "collective so that ranks that disagree raise CollectiveMismatch instead of hanging."),

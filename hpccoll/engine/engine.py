@@ -13,7 +13,6 @@ messages (watchdog reports from other ranks).
 """
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -104,8 +103,8 @@ class Engine:
         if idle <= s.spin_polls:
             return
         if getattr(self.policy, "hot", False):
-            os.sched_yield()   # preemption is walking the queue: poll on, let others run
-            return
+            return   # a yield happened: walk the queue at full speed (sched_yield would hand
+            #          the core to another process for a whole time slice on a busy node)
         delay = min(s.poll_sleep_us, 2.0 ** min(idle - s.spin_polls, 20)) * 1e-6
         if event is None:
             time.sleep(delay)

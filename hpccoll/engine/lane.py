@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms.primitives import Copy, Post, Reduce, Scale, Wait
+from ..algorithms.primitives import (PSEND, SLOT, Copy, Post, Reduce, ReduceN, Scale, Signal, Wait,
+                                    WaitFlags)
 from ..buffers import reduce_into, scale_into
 from ..transport import mpi as transport
 
@@ -39,6 +40,15 @@ class HostOps:
     def scale(dst, divisor):
         scale_into(dst, divisor)
 
+    @staticmethod
+    def reduce_n(op, dst, srcs):
+        if len(srcs) == 1:
+            np.copyto(dst, srcs[0])
+            return
+        reduce_into(op, dst, srcs[0], srcs[1])
+        for s in srcs[2:]:
+            reduce_into(op, dst, dst, s)
+
 
 class CpuKernelOps:
     name = "numba-cpu"
@@ -55,6 +65,12 @@ class CpuKernelOps:
 
     def scale(self, dst, divisor):
         self.k.scale(dst, divisor, self.blocks)
+
+    def reduce_n(self, op, dst, srcs):
+        if len(srcs) == 1:
+            self.k.copy(dst, srcs[0], self.blocks)
+        else:
+            self.k.reduce(op, dst, srcs, self.blocks)
 
 
 class CudaOps:
@@ -79,10 +95,22 @@ class CudaOps:
         self.stream.synchronize()
 
 
+class Shm:
+    """What a shared-memory program needs at run time: the communicator's area, this
+    collective's epoch base, the map from local index to communicator rank, and peers'
+    registered buffers (typed views), when the collective uses them."""
+    __slots__ = ("area", "base", "local", "peer_send", "peer_recv", "slots")
+
+    def __init__(self, area, base, local, peer_send=None, peer_recv=None):
+        self.area, self.base, self.local = area, base, local
+        self.peer_send, self.peer_recv = peer_send, peer_recv
+        self.slots = {}
+
+
 class Lane:
     """One program being executed on host arrays."""
     __slots__ = ("program", "bufs", "_bytes", "itemsize", "op", "mpi", "tag", "pc", "inflight",
-                 "waiting", "waits_done", "bytes_moved", "ops")
+                 "waiting", "waits_done", "bytes_moved", "ops", "shm")
 
     def __init__(self, program, bufs, op, mpi_comm, tag, ops=HostOps):
         self.program = program
@@ -95,22 +123,48 @@ class Lane:
         self.ops = ops
         self.pc = 0
         self.inflight = {}      # handle -> (requests, [(kind, peer, nbytes)], finish or None)
-        self.waiting = None
+        self.waiting = None     # a handle (MPI transfers) or a WaitFlags (shared memory)
         self.waits_done = 0
         self.bytes_moved = 0
+        self.shm = None
 
     @property
     def done(self) -> bool:
         return self.pc >= len(self.program.steps)
 
     def _view(self, reg):
+        if reg.buf.__class__ is tuple:
+            return self._arr(reg).view(np.uint8)
         b = self._bytes[reg.buf]
         if b is None:
             b = self._bytes[reg.buf] = self.bufs[reg.buf].view(np.uint8)
         return b[reg.off * self.itemsize:(reg.off + reg.n) * self.itemsize]
 
     def _arr(self, reg):
-        return self.bufs[reg.buf][reg.off:reg.off + reg.n]
+        b = reg.buf
+        if b.__class__ is tuple:
+            return self._shared(b)[reg.off:reg.off + reg.n]
+        return self.bufs[b][reg.off:reg.off + reg.n]
+
+    def _shared(self, b):
+        """A peer's slot or registered buffer, typed like this collective's data."""
+        shm = self.shm
+        if b[0] == SLOT:
+            index = (shm.base + b[2]) % shm.area.slots
+            key = (b[1], index)
+            view = shm.slots.get(key)
+            if view is None:
+                dtype = self.bufs[0].dtype
+                view = shm.slots[key] = shm.area.slot(b[1], index).view(dtype)
+            return view
+        return (shm.peer_send if b[0] == PSEND else shm.peer_recv)[b[1]]
+
+    def _waited(self) -> bool:
+        """Has what the lane waits on completed?"""
+        w = self.waiting
+        if w.__class__ is int:
+            return transport.test_all(self.inflight[w][0])
+        return self.shm.area.reached(w.flag, self.shm.base + w.epoch, w.peers)
 
     def _post(self, p):
         reqs = transport.post(self.mpi, self.tag, p.sends, p.recvs, self._view)
@@ -128,9 +182,8 @@ class Lane:
         True if anything moved."""
         steps = self.program.steps
         start = self.pc
-        if self.waiting is not None:
-            if not transport.test_all(self.inflight[self.waiting][0]):
-                return False
+        if self.waiting is not None and not self._waited():
+            return False
         ops = self.ops
         while self.pc < len(steps):
             p = steps[self.pc]
@@ -153,14 +206,30 @@ class Lane:
                 ops.copy(self._arr(p.dst), self._arr(p.src))
             elif kind is Scale:
                 ops.scale(self._arr(p.dst), p.divisor)
+            elif kind is WaitFlags:
+                if not self.shm.area.reached(p.flag, self.shm.base + p.epoch, p.peers):
+                    self.waiting = p
+                    return self.pc != start
+                self.waits_done += 1
+            elif kind is Signal:
+                self.shm.area.signal(p.flag, self.shm.base + p.epoch)
+            elif kind is ReduceN:
+                ops.reduce_n(self.op, self._arr(p.dst), [self._arr(r) for r in p.srcs])
             self.pc += 1
         self.waiting = None
         self._end()
         return True
 
     def pending_peers(self):
-        """(peers it waits to receive from, peers its sends are still going to)."""
+        """(peers it waits to receive from, peers its sends are still going to), as
+        communicator ranks."""
         recv_from, send_to = set(), set()
+        w = self.waiting
+        if isinstance(w, WaitFlags):
+            i = w.flag * 8
+            need = self.shm.base + w.epoch
+            return {self.shm.local[q] for q in w.peers
+                    if self.shm.area.flags[q][i] < need}, send_to
         if self.waiting is not None and self.waiting in self.inflight:
             reqs, descr, _ = self.inflight[self.waiting]
             for still, (kind, peer, _) in zip(transport.pending(reqs), descr):

@@ -28,7 +28,7 @@ from .lane import Lane
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 
-FP_FIELDS = ("collective", "dtype", "count", "root", "op", "sequence")
+FP_FIELDS = ("collective", "dtype", "count", "root", "op", "sequence", "buffers")
 TRUNCATE_GRACE = 2.0   # seconds a task that saw a truncated message waits for the check lane
 
 
@@ -214,6 +214,8 @@ class Task:
 
 def _fp_text(field: str, value) -> str:
     value = int(value)
+    if field == "buffers":
+        return "ordinary arrays" if value == 0 else f"registered buffers (id {value:#x})"
     names = {"collective": COLLECTIVES, "dtype": list(DTYPES), "op": ["none"] + list(OPS)}
     if field in names:
         table = names[field]

@@ -44,7 +44,7 @@ class PreemptivePolicy:
         self.head_streak = 0          # consecutive tries the head got
         self.last = None              # last task given a slot (context switches)
         self.fruitless = 0            # yields in a row without any progress
-        self.hot = True               # a walk is under way: poll without sleeping
+        self.hot = False              # a walk after a yield is under way: poll without sleeping
 
     def admit(self, task) -> None:
         self.queue.append(task)
@@ -67,7 +67,7 @@ class PreemptivePolicy:
             if task.poll():
                 progressed = True
                 self.fruitless = 0
-                self.hot = True
+                self.hot = False
                 task.made_progress = True
                 if task.spins:
                     task.threshold = max(task.threshold, self.stickiness * task.spins)
