@@ -60,7 +60,12 @@ class _RegisteredCall:
         self.fingerprint = h | 1
 
 
-def _host_lane(call, program, blocks):
+_MPI_NATIVE_OPS = frozenset({"sum", "prod", "min", "max", "avg"})
+_MPI_NATIVE_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+                                "uint64", "float32", "float64"})
+
+
+def _host_lane(call, program, blocks, pool):
     """Host arrays: NumPy ufuncs, or Numba CPU kernels on ``blocks`` threads (compiled
     here, on the calling thread, the first time, never inside the engine)."""
     from .engine.lane import CpuKernelOps, HostOps, Lane
@@ -73,9 +78,19 @@ def _host_lane(call, program, blocks):
         if call.op is not None:
             cpu.prepare(call.op, call.send.dtype)
         ops = CpuKernelOps(blocks)
-    scratch = np.empty(program.scratch, dtype=call.send.dtype)
+    dt = call.send.dtype
+    raw = pool.get(program.scratch * dt.itemsize) if program.scratch else None
+    scratch = raw[:program.scratch * dt.itemsize].view(dt) if raw is not None else _NO_SCRATCH
     bufs = [call.send.flat, call.recv.flat, scratch]
-    return lambda mpi_comm, tag: Lane(program, bufs, call.op, mpi_comm, tag, ops)
+
+    def make(mpi_comm, tag):
+        lane = Lane(program, bufs, call.op, mpi_comm, tag, ops)
+        lane.pool, lane._pooled = pool, raw
+        return lane
+    return make
+
+
+_NO_SCRATCH = np.empty(0, np.uint8)
 
 
 def _device_lane(ctx, call, program, blocks, chunk):
@@ -121,6 +136,9 @@ class Communicator:
         self._children = 0
         self._live_keys: dict = {}
         self._key_uses: dict = {}      # key -> how many times it was issued (ordered policy)
+        self._last_ordered = None      # the last order-matched task (start order, see Task.prev)
+        from .pool import BufferPool
+        self._pool = BufferPool()      # scratch space, reused by the collectives
         self._freed = False
         if mpi_comm == MPI.COMM_NULL:
             self._mpi = None
@@ -238,8 +256,11 @@ class Communicator:
         layout = ""
         if shm:
             layout = "flat" if len(shm["local"]) == self.size else ("hier" if shm["cross"] else "")
+        native = (key is None and not call.send.device and call.op in _MPI_NATIVE_OPS
+                  and dt.name in _MPI_NATIVE_DTYPES)
         choice = algorithms.Choice(nbytes, s.small_msg_bytes, layout, s.shm_min_bytes,
-                                   registered is not None)
+                                   registered is not None, s.mpi_coll_bytes,
+                                   native or (call.op is None and key is None and not call.send.device))
         algo = algorithms.select(call.coll, choice)
         shared = algo in algorithms.SHM_ALGOS
         chunk = max(1, (s.shm_slot_bytes if shared else s.chunk_bytes) // itemsize)
@@ -252,7 +273,7 @@ class Communicator:
         if call.send.device:
             make_lane = _device_lane(ctx, call, program, blocks, spec.chunk)
         else:
-            make_lane = _host_lane(call, program, blocks)
+            make_lane = _host_lane(call, program, blocks, self._pool)
         work = Work(call.coll, ctx._engine)
         with self._lock:
             if key is None:
@@ -275,7 +296,8 @@ class Communicator:
             if s.check_mismatch and self.size > 1:
                 fp = np.array([COLLECTIVES.index(call.coll) + 1, dtype_code(dt), call.count,
                                call.root, op_code(call.op), ident,
-                               registered.fingerprint if registered else 0], dtype=np.int64)
+                               registered.fingerprint if registered else 0,
+                               algorithms.ALGO_CODES[algo]], dtype=np.int64)
             lane = make_lane(mpi_comm, tag)
             if shared:
                 # epochs follow issue order on the communicator: the same on every rank
@@ -287,6 +309,11 @@ class Communicator:
                              lane, call.result, fp)
             if key is not None:
                 task.key_instance = self._key_uses[key] = self._key_uses.get(key, 0) + 1
+            else:
+                prev = self._last_ordered
+                if prev is not None and prev.t_start is None and not prev.finished:
+                    task.prev = prev
+                self._last_ordered = task
             work._task = task
             ctx._engine.submit(task, inline=nbytes <= s.inline_bytes and ctx._engine.idle())
         return work

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .buffers import CONTRACT_DTYPES, Buffer, dtype_name
+from .pool import BufferPool
 from .errors import ArgumentError, ArgumentTypeError, HpcCollError
 
 DEVICE_DTYPES = tuple(np.dtype(d) for d in CONTRACT_DTYPES)
@@ -179,27 +180,12 @@ def mpi_view(dev) -> Any:
     return [dev, MPI.BYTE]
 
 
-class Staging:
-    """Pinned host buffers, reused by size class (powers of two), for the staged path."""
-
-    def __init__(self):
-        self._free: dict = {}
-        self._lock = threading.Lock()
-
-    def get(self, nbytes: int) -> np.ndarray:
-        size = 1 << max(12, (max(1, nbytes) - 1).bit_length())
-        with self._lock:
-            pool = self._free.get(size)
-            if pool:
-                return pool.pop()
-        return _cuda().pinned_array(size, dtype=np.uint8)
-
-    def put(self, buf: np.ndarray) -> None:
-        with self._lock:
-            self._free.setdefault(buf.size, []).append(buf)
+def _pinned(nbytes: int):
+    return _cuda().pinned_array(nbytes, dtype=np.uint8)
 
 
-STAGING = Staging()
+# pinned host buffers for the staged path, reused by size class
+STAGING = BufferPool(_pinned)
 _STREAM = []
 _STREAM_LOCK = threading.Lock()
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, NamedTuple
 
-from . import doubling, pairwise, ring, shm, tree
-from .primitives import Signal, Wait, WaitFlags, scratch_extent
+from . import doubling, mpicoll, pairwise, ring, shm, tree
+from .primitives import Coll, Signal, Wait, WaitFlags, scratch_extent
 from .spec import COLLECTIVES, Spec
 
 
@@ -26,6 +26,8 @@ class Choice(NamedTuple):
     shm: str = ""              # "flat": every rank on one node shares memory; "hier": nodes
     shm_min_bytes: int = 64 << 10
     registered: bool = False   # send and receive buffers are registered (ctx.empty)
+    mpi_coll_bytes: int = 0    # tiny messages may use MPI's own nonblocking collectives,
+    native: bool = False       # when the dtype and op are MPI's and the collective unkeyed
 
 
 def _small(c: Choice) -> bool:
@@ -42,23 +44,33 @@ def _shm(c: Choice) -> bool:
     return c.shm == "flat" and (c.registered or c.nbytes >= c.shm_min_bytes)
 
 
+def _tiny(c: Choice) -> bool:
+    return c.native and c.nbytes <= c.mpi_coll_bytes
+
+
 def _hier(c: Choice) -> bool:
     return c.shm == "hier" and c.nbytes >= c.shm_min_bytes
 
 
-# Ordered by preference: shared memory where it applies, then latency-optimal algorithms for
-# small messages, then the bandwidth-optimal pipelined ones (which always apply).
+# Ordered by preference: MPI's own nonblocking collectives for tiny messages, shared memory
+# where it applies, latency-optimal algorithms for small messages, then the
+# bandwidth-optimal pipelined ones (which always apply).
 TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
-    "allreduce": [("shm", _shm, shm.allreduce), ("hier", _hier, shm.allreduce_hier),
-                  ("doubling", _small, doubling.allreduce), ("ring", _always, ring.allreduce)],
+    "allreduce": [("mpi", _tiny, mpicoll.allreduce), ("shm", _shm, shm.allreduce),
+                  ("hier", _hier, shm.allreduce_hier), ("doubling", _small, doubling.allreduce),
+                  ("ring", _always, ring.allreduce)],
     "reduce": [("binomial", _small, tree.reduce), ("ring", _always, ring.reduce)],
-    "broadcast": [("binomial", _small, tree.broadcast), ("chain", _always, tree.broadcast_chain)],
+    "broadcast": [("mpi", _tiny, mpicoll.broadcast), ("binomial", _small, tree.broadcast),
+                  ("chain", _always, tree.broadcast_chain)],
     "allgather": [("shm", _shm, shm.allgather), ("bruck", _small, doubling.allgather),
                   ("ring", _always, ring.allgather)],
     "reduce_scatter": [("shm", _shm, shm.reduce_scatter), ("ring", _always, ring.reduce_scatter)],
     "alltoall": [("pairwise", _always, pairwise.alltoall)],
-    "barrier": [("dissemination", _always, doubling.barrier)],
+    "barrier": [("mpi", _tiny, mpicoll.barrier), ("dissemination", _always, doubling.barrier)],
 }
+# every algorithm's number, for the mismatch fingerprint (ranks must agree on the algorithm)
+ALGO_CODES = {name: i + 1 for i, name in enumerate(sorted(
+    {name for rows in TABLE.values() for name, _, _ in rows} | {"direct"}))}
 SHM_ALGOS = frozenset({"shm", "hier"})
 _BY_NAME = {(coll, name): fn for coll, rows in TABLE.items() for name, _, fn in rows}
 _BY_NAME[("allgather", "direct")] = doubling.allgather_direct   # used by the fingerprint check
@@ -70,6 +82,7 @@ class Program(NamedTuple):
     scratch: int   # elements
     waits: int     # number of Wait/WaitFlags steps (suspension points)
     epochs: int    # shared-memory epochs the program uses (its flags run base+1 .. base+epochs)
+    mpi_colls: bool  # starts MPI nonblocking collectives
 
 
 def message_bytes(coll: str, count: int, size: int, itemsize: int) -> int:
@@ -95,8 +108,9 @@ def build(spec: Spec, algo: str) -> Program:
     steps = tuple(_BY_NAME[(spec.coll, algo)](spec))
     epochs = max((p.epoch for p in steps if isinstance(p, Signal)), default=0)
     return Program(algo, steps, scratch_extent(steps),
-                   sum(isinstance(p, (Wait, WaitFlags)) for p in steps), epochs)
+                   sum(isinstance(p, (Wait, WaitFlags)) for p in steps), epochs,
+                   any(isinstance(p, Coll) for p in steps))
 
 
-__all__ = ["COLLECTIVES", "Choice", "Program", "SHM_ALGOS", "Spec", "TABLE", "build",
-           "message_bytes", "select"]
+__all__ = ["ALGO_CODES", "COLLECTIVES", "Choice", "Program", "SHM_ALGOS", "Spec", "TABLE",
+           "build", "message_bytes", "select"]

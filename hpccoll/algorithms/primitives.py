@@ -51,6 +51,18 @@ class Wait(NamedTuple):
     h: int
 
 
+class Coll(NamedTuple):
+    """Start one of the MPI library's nonblocking collectives (the tiny-message transport):
+    kind "allreduce" (send -> recv), "broadcast" (recv, from root) or "barrier"; handle h
+    is waited like a Post.  Every rank starts a communicator's MPI collectives in issue
+    order (the engine guarantees it), which is what MPI matching requires."""
+    h: int
+    kind: str
+    send: "Region"
+    recv: "Region"
+    root: int = 0
+
+
 class Reduce(NamedTuple):
     dst: Region
     a: Region

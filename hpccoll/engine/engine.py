@@ -251,6 +251,8 @@ class Engine:
             self.trace.append(task.trace_record(self.control.rank))
         if task.state == FAILED:
             task.cancel_transfers()
+        else:
+            task.data.release()   # a failed task's transfers may still write into its scratch
         task.comm._retire(task)
         task.work._finish(task)
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms.primitives import (PSEND, SLOT, Copy, Post, Reduce, ReduceN, Scale, Signal, Wait,
-                                    WaitFlags)
+from mpi4py import MPI
+
+from ..algorithms.primitives import (PSEND, SLOT, Coll, Copy, Post, Reduce, ReduceN, Scale, Signal,
+                                    Wait, WaitFlags)
 from ..buffers import reduce_into, scale_into
 from ..transport import mpi as transport
 
@@ -95,6 +97,9 @@ class CudaOps:
         self.stream.synchronize()
 
 
+_MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
+
+
 class Shm:
     """What a shared-memory program needs at run time: the communicator's area, this
     collective's epoch base, the map from local index to communicator rank, and peers'
@@ -110,7 +115,7 @@ class Shm:
 class Lane:
     """One program being executed on host arrays."""
     __slots__ = ("program", "bufs", "_bytes", "itemsize", "op", "mpi", "tag", "pc", "inflight",
-                 "waiting", "waits_done", "bytes_moved", "ops", "shm")
+                 "waiting", "waits_done", "bytes_moved", "ops", "shm", "pool", "_pooled")
 
     def __init__(self, program, bufs, op, mpi_comm, tag, ops=HostOps):
         self.program = program
@@ -127,6 +132,14 @@ class Lane:
         self.waits_done = 0
         self.bytes_moved = 0
         self.shm = None
+        self.pool = None        # where the scratch buffer goes back to (BufferPool)
+        self._pooled = None
+
+    def release(self) -> None:
+        """The collective is over: return its scratch buffer to the communicator's pool."""
+        if self.pool is not None and self._pooled is not None:
+            self.pool.put(self._pooled)
+            self._pooled = None
 
     @property
     def done(self) -> bool:
@@ -170,6 +183,17 @@ class Lane:
         reqs = transport.post(self.mpi, self.tag, p.sends, p.recvs, self._view)
         return reqs, self._describe(p), None
 
+    def _coll(self, p):
+        """Start an MPI nonblocking collective (algorithms/mpicoll.py)."""
+        if p.kind == "allreduce":
+            send = MPI.IN_PLACE if p.send == p.recv else self._arr(p.send)
+            req = self.mpi.Iallreduce(send, self._arr(p.recv), op=_MPI_OPS[self.op])
+        elif p.kind == "broadcast":
+            req = self.mpi.Ibcast(self._arr(p.recv), root=p.root)
+        else:
+            req = self.mpi.Ibarrier()
+        return [req], [("coll", -1, p.recv.n * self.itemsize)], None
+
     def _describe(self, p):
         return [("recv", peer, reg.n * self.itemsize) for peer, reg in p.recvs] + \
                [("send", peer, reg.n * self.itemsize) for peer, reg in p.sends]
@@ -200,6 +224,8 @@ class Lane:
                 self.bytes_moved += sum(d[2] for d in descr)
             elif kind is Post:
                 self.inflight[p.h] = self._post(p)
+            elif kind is Coll:
+                self.inflight[p.h] = self._coll(p)
             elif kind is Reduce:
                 ops.reduce(self.op, self._arr(p.dst), self._arr(p.a), self._arr(p.b))
             elif kind is Copy:
@@ -233,7 +259,9 @@ class Lane:
         if self.waiting is not None and self.waiting in self.inflight:
             reqs, descr, _ = self.inflight[self.waiting]
             for still, (kind, peer, _) in zip(transport.pending(reqs), descr):
-                if still:
+                if still and kind == "coll":
+                    recv_from.add(-1)        # every peer (an MPI collective)
+                elif still:
                     (recv_from if kind == "recv" else send_to).add(peer)
         return recv_from, send_to
 

@@ -4,12 +4,19 @@ A task runs one or two *lanes* (engine/lane.py): a program, its program counter
 and the transfers it has posted -- all the context a suspended collective needs.
 
 - the data lane carries the collective itself;
-- the check lane (``check_mismatch``) allgathers every member's fingerprint
-  (collective, dtype, count, root, op, sequence) on the next tag: one round of
-  direct messages up to 16 ranks, Bruck's algorithm beyond.  Its shape depends only on the number of ranks, so it completes even
-  when the data lanes of disagreeing ranks cannot; the task completes only when
-  both lanes did and all fingerprints agree.  So every member either gets a
-  correct result or raises the same CollectiveMismatch naming who differs.
+- the check (``check_mismatch``) compares every member's fingerprint (collective,
+  dtype, count, root, op, sequence, buffers, algorithm).  Its shape depends only on
+  the number of ranks, so it completes even when the data lanes of disagreeing ranks
+  cannot; the task completes only when both did and all fingerprints agree.  So every
+  member either gets a correct result or raises the same CollectiveMismatch naming
+  who differs.
+
+  Order-matched collectives (no key) check with one MPI nonblocking allreduce (MIN) of
+  (h, -h), h a hash of the fingerprint, started with the collective: cheap, and it
+  runs concurrently with the data.  Only when the hashes differ do the ranks exchange
+  their full fingerprints (direct messages on the collective's next tag) to say who
+  differs and how.  Keyed collectives may start in different orders on different
+  ranks, which MPI collectives forbid, so they always exchange full fingerprints.
 
 Tasks are only touched by whoever holds the engine (its thread, normally).
 """
@@ -28,14 +35,72 @@ from .lane import Lane
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 
-FP_FIELDS = ("collective", "dtype", "count", "root", "op", "sequence", "buffers")
+FP_FIELDS = ("collective", "dtype", "count", "root", "op", "sequence", "buffers", "algorithm")
 TRUNCATE_GRACE = 2.0   # seconds a task that saw a truncated message waits for the check lane
+
+
+def fingerprint_lane(fp, comm, mpi_comm, tag):
+    """The direct (or Bruck) allgather of every member's full fingerprint."""
+    n, r = comm.size, comm.rank
+    chk = build(Spec("allgather", r, n, len(fp)), "direct" if n <= 16 else "bruck")
+    return Lane(chk, [fp, np.empty(n * len(fp), np.int64), np.empty(chk.scratch, np.int64)],
+                None, mpi_comm, tag)
+
+
+def fingerprint_hash(fp) -> int:
+    h = 0x9E3779B97F4A7C15
+    for v in fp.tolist():
+        h = ((h ^ (v & 0xFFFFFFFFFFFFFFFF)) * 0x100000001B3) & ((1 << 62) - 1)
+    return h
+
+
+class HashCheck:
+    """The cheap check of order-matched collectives (see the module docstring).  Same
+    interface as a Lane for Task.poll: run(), done, pending_peers(), cancel(), rows."""
+    __slots__ = ("fp", "h", "pair", "req", "detail", "done", "_args")
+
+    def __init__(self, fp, comm, mpi_comm, tag):
+        self.fp = fp
+        self.h = fingerprint_hash(fp)
+        self.pair = np.array([self.h, -self.h], np.int64)
+        self.req = None
+        self.detail = None
+        self.done = False
+        self._args = (comm, mpi_comm, tag)
+
+    def run(self) -> bool:
+        if self.detail is not None:
+            moved = self.detail.run()
+            self.done = self.detail.done
+            return moved
+        if self.req is None:        # started with the collective, in issue order
+            self.req = self._args[1].Iallreduce(MPI.IN_PLACE, self.pair, op=MPI.MIN)
+        if not self.req.Test():
+            return False
+        if self.pair[0] == self.h and -self.pair[1] == self.h:
+            self.done = True        # min and max of every member's hash are ours
+            return True
+        self.detail = fingerprint_lane(self.fp, *self._args)
+        return self.run()
+
+    @property
+    def rows(self):
+        return self.detail.bufs[1] if self.detail is not None else None
+
+    def pending_peers(self):
+        if self.detail is not None:
+            return self.detail.pending_peers()
+        return ({-1} if self.req is not None and not self.done else set()), set()
+
+    def cancel(self) -> None:
+        if self.detail is not None:
+            self.detail.cancel()
 
 
 class Task:
     __slots__ = (
         "work", "comm", "coll", "dtype", "count", "root", "op", "seq", "key", "key_instance",
-        "data", "check",
+        "data", "check", "prev",
         "fp", "state", "error", "result", "doomed", "retired", "gseq",
         # counters and times (reports, traces, policies)
         "t_issue", "t_start", "t_end", "last_progress", "polls", "tries", "yields",
@@ -52,10 +117,9 @@ class Task:
         self.fp = fp                 # int64 fingerprint, or None when checks are off / 1 rank
         self.check = None
         if fp is not None:
-            n, r = comm.size, comm.rank
-            chk = build(Spec("allgather", r, n, len(fp)), "direct" if n <= 16 else "bruck")
-            self.check = Lane(chk, [fp, np.empty(n * len(fp), np.int64),
-                                    np.empty(chk.scratch, np.int64)], None, data.mpi, data.tag + 1)
+            self.check = (HashCheck if key is None else fingerprint_lane)(fp, comm, data.mpi,
+                                                                          data.tag + 1)
+        self.prev = None             # the communicator's previous order-matched task
         self.result = result
         self.state = QUEUED
         self.error = None
@@ -88,10 +152,18 @@ class Task:
         return self.data.program
 
     # -- execution ------------------------------------------------------------------
+    def startable(self) -> bool:
+        """Order-matched collectives start MPI collectives (the check, tiny messages), which
+        every rank must start in the same order on a communicator: a task starts only after
+        its communicator's previous order-matched task started."""
+        prev = self.prev
+        return prev is None or prev.t_start is not None or prev.finished
+
     def start(self) -> None:
         """Take an execution slot: post the first transfers and run to the first wait."""
         self.state = RUNNING
         self.t_start = self.last_progress = time.monotonic()
+        self.prev = None
         self.poll()
 
     def poll(self) -> bool:
@@ -127,7 +199,11 @@ class Task:
 
     def _verify(self) -> None:
         """Every member's fingerprint is here: all equal, or raise naming who differs."""
-        rows = self.check.bufs[1].reshape(self.comm.size, len(self.fp))
+        rows = (self.check.rows if isinstance(self.check, HashCheck)
+                else self.check.bufs[1])
+        if rows is None:
+            return
+        rows = rows.reshape(self.comm.size, len(self.fp))
         if (rows == self.fp).all():
             return
         world = self.comm.world_ranks
@@ -206,7 +282,7 @@ class Task:
             "count": self.count, "root": self.root, "op": self.op, "state": self.state,
             "algo": self.data.program.algo, "waits_done": self.data.waits_done,
             "waits": self.data.program.waits, "bytes_moved": self.data.bytes_moved,
-            "waiting_on": sorted(world[p] for p in recv_from),
+            "waiting_on": sorted(world) if -1 in recv_from else sorted(world[p] for p in recv_from),
             "sending_to": sorted(world[p] for p in send_to), "age": now - self.t_issue,
             "idle": now - self.last_progress, "yields": self.yields, "gseq": self.gseq,
         }
@@ -216,6 +292,10 @@ def _fp_text(field: str, value) -> str:
     value = int(value)
     if field == "buffers":
         return "ordinary arrays" if value == 0 else f"registered buffers (id {value:#x})"
+    if field == "algorithm":
+        from ..algorithms import ALGO_CODES
+        names = {v: k for k, v in ALGO_CODES.items()}
+        return names.get(value, str(value))
     names = {"collective": COLLECTIVES, "dtype": list(DTYPES), "op": ["none"] + list(OPS)}
     if field in names:
         table = names[field]

@@ -15,8 +15,9 @@ SHAPES = [(1, 1), (3, 2), (64, 2), (4, 3)]   # (chunk elements, depth)
 
 
 def algos(coll):
-    """The MPI point-to-point algorithms (shared-memory ones: test_shm_algorithms.py)."""
-    return [name for name, _, _ in TABLE[coll] if name not in SHM_ALGOS]
+    """The point-to-point algorithms (shared memory: test_shm_algorithms.py; "mpi" is the
+    MPI library's own collective, tested against MPI in tests/mpi)."""
+    return [name for name, _, _ in TABLE[coll] if name not in SHM_ALGOS and name != "mpi"]
 
 
 def fold(op, arrays):

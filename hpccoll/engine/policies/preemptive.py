@@ -120,7 +120,7 @@ class PreemptivePolicy:
         head = q[0]
         if head is not self.head:     # a new head starts a new streak
             self.head, self.head_streak, self.cursor = head, 0, 1
-        if head not in self.active and self.head_streak < self.head_tries:
+        if head not in self.active and self.head_streak < self.head_tries and head.startable():
             self.head_streak += 1
             head.consecutive = self.head_streak
             return head
@@ -129,13 +129,13 @@ class PreemptivePolicy:
             while self.cursor < n:
                 task = q[self.cursor]
                 self.cursor += 1
-                if task not in self.active:
+                if task not in self.active and task.startable():
                     task.consecutive = 1
                     return task
             # wrapped: the head gets its streak of tries again
             self.cursor = 1
             self.head_streak = 0
-            if head not in self.active:
+            if head not in self.active and head.startable():
                 self.head_streak = 1
                 head.consecutive = 1
                 return head
