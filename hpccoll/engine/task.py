@@ -282,7 +282,9 @@ class Task:
             "count": self.count, "root": self.root, "op": self.op, "state": self.state,
             "algo": self.data.program.algo, "waits_done": self.data.waits_done,
             "waits": self.data.program.waits, "bytes_moved": self.data.bytes_moved,
-            "waiting_on": sorted(world) if -1 in recv_from else sorted(world[p] for p in recv_from),
+            # -1: an MPI collective, which waits for every other member
+            "waiting_on": sorted(w for i, w in enumerate(world) if i != self.comm.rank)
+            if -1 in recv_from else sorted(world[p] for p in recv_from),
             "sending_to": sorted(world[p] for p in send_to), "age": now - self.t_issue,
             "idle": now - self.last_progress, "yields": self.yields, "gseq": self.gseq,
         }
