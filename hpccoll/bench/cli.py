@@ -1,0 +1,421 @@
+"""hpccoll-bench: nccl-tests style benchmarks of hpccoll's collectives.
+
+    mpiexec -n 4 hpccoll-bench allreduce -b 8 -e 64M -f 4 --compare mpi --out r.h5
+
+Flags mean what they mean for nccl-tests' *_perf binaries (same defaults); the table has
+nccl-tests' columns.  The library under test is hpccoll (or mpi: mpi4py's collectives on
+the same buffers); --compare adds the other one, interleaved iteration by iteration in the
+same run, with its time, busbw and the ratio baseline time / time (> 1: faster than the
+baseline).  Exit status: 0, 1 if any result was wrong, 2 for bad arguments; an unexpected
+error aborts every rank (MPI_Abort) so that none is left waiting.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+import traceback
+from typing import Optional
+
+import numpy as np
+
+from . import cases
+from .table import footer, header, line
+
+_AVERAGES = "0=rank 0, 1=mean, 2=min, 3=max over ranks"
+
+
+class UsageError(Exception):
+    """A bad argument found after MPI started; every rank raises it alike."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Prints (usage, errors, --help) on rank 0 only; every rank exits alike."""
+
+    rank = 0
+
+    def _print_message(self, message, file=None):
+        if self.rank == 0:
+            super()._print_message(message, file)
+
+
+def _bytes(text: str) -> int:
+    from ..timing import parse_bytes
+    try:
+        value = parse_bytes(text)
+    except (ValueError, IndexError):
+        raise argparse.ArgumentTypeError(
+            f"expected a byte count like 8, 64K, 32M or 1G, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a byte count >= 0, got {text!r}")
+    return value
+
+
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def parser(rank: int = 0) -> argparse.ArgumentParser:
+    from ..config import SETTINGS
+    policies = next(s.choices for s in SETTINGS if s.name == "policy")
+    p = _Parser(prog="hpccoll-bench", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.rank = rank
+    p.add_argument("collective", nargs="?", metavar="COLLECTIVE",
+                   help=f"one of {', '.join(cases.COLLECTIVES)} (or --coll)")
+    p.add_argument("--coll", dest="coll_opt", metavar="COLLECTIVE", help="the collective, as a flag")
+    g = p.add_argument_group("nccl-tests flags")
+    g.add_argument("-b", "--minbytes", type=_bytes, default=_bytes("32M"), metavar="BYTES",
+                   help="smallest size (default 32M)")
+    g.add_argument("-e", "--maxbytes", type=_bytes, default=_bytes("32M"), metavar="BYTES",
+                   help="largest size (default 32M)")
+    g.add_argument("-i", "--stepbytes", type=_bytes, default=_bytes("1M"), metavar="BYTES",
+                   help="increment between sizes when no -f (default 1M)")
+    g.add_argument("-f", "--stepfactor", type=_count(1), default=1, metavar="N",
+                   help="multiply the size by N each step (default: disabled, use -i)")
+    g.add_argument("-n", "--iters", type=_count(1), default=20, metavar="N",
+                   help="timed iterations per size (default 20)")
+    g.add_argument("-w", "--warmup_iters", type=_count(0), default=5, metavar="N",
+                   help="untimed iterations before them (default 5)")
+    g.add_argument("-c", "--check", type=_count(0), default=1, metavar="N",
+                   help="iterations whose results are checked (default 1; 0: no check)")
+    g.add_argument("-o", "--op", default="sum", metavar="OP",
+                   help=f"reduction: {'/'.join(cases.OPS)}/all (default sum)")
+    g.add_argument("-d", "--datatype", default="float", metavar="TYPE",
+                   help=f"{'/'.join(cases.TYPES)}/all (default float)")
+    g.add_argument("-r", "--root", default="0", metavar="ROOT",
+                   help="root of reduce and broadcast, or all (default 0)")
+    g.add_argument("-a", "--average", type=int, choices=range(4), default=1, metavar="0-3",
+                   help=f"how ranks' times combine: {_AVERAGES} (default 1)")
+    h = p.add_argument_group("hpccoll")
+    h.add_argument("--library", choices=cases.LIBRARIES, default="hpccoll",
+                   help="the library under test (default hpccoll; mpi: mpi4py's collectives)")
+    h.add_argument("--compare", choices=cases.LIBRARIES, default=None,
+                   help="a baseline library measured in the same run (ratio = its time / ours)")
+    h.add_argument("--policy", choices=policies, default=None,
+                   help="hpccoll's scheduling policy (default: HPCCOLL_POLICY or preemptive)")
+    h.add_argument("--set", dest="knobs", action="append", default=[], metavar="NAME=VALUE",
+                   help="an hpccoll setting (see python -m hpccoll config), repeatable")
+    h.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="hpccoll watchdog: a collective without progress this long raises (default 300)")
+    h.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                   help="where the buffers live (gpu: CuPy arrays on the rank's GPU)")
+    h.add_argument("--out", metavar="FILE.h5", help="write (append) the results to this HDF5 file")
+    h.add_argument("--trace", action="store_true",
+                   help="also record hpccoll's engine trace of every collective into --out")
+    return p
+
+
+def parse(argv, rank: int = 0) -> argparse.Namespace:
+    """Parse and check everything that does not need MPI (SystemExit(2) on bad input)."""
+    p = parser(rank)
+    args = p.parse_args(argv)
+    names = [n for n in (args.collective, args.coll_opt) if n]
+    if not names:
+        p.error(f"a collective is required: one of {', '.join(cases.COLLECTIVES)}")
+    colls = {cases.canonical_collective(n) for n in names}
+    if None in colls:
+        bad = next(n for n in names if cases.canonical_collective(n) is None)
+        p.error(f"collective: expected one of {', '.join(cases.COLLECTIVES)}, got {bad!r}")
+    if len(colls) > 1:
+        p.error(f"the positional collective and --coll differ ({names[0]} vs {names[1]})")
+    args.coll = colls.pop()
+    if args.minbytes > args.maxbytes:
+        p.error(f"argument -b/--minbytes: {args.minbytes} is larger than -e/--maxbytes "
+                f"({args.maxbytes})")
+    if args.stepfactor > 1 and args.minbytes == 0:
+        p.error("argument -b/--minbytes: must be > 0 with -f/--stepfactor (0 times N stays 0)")
+    if args.stepfactor <= 1 and args.stepbytes == 0:
+        p.error("argument -i/--stepbytes: must be > 0 when -f/--stepfactor is not set")
+    # types
+    if args.datatype.lower() == "all":
+        args.types = [t for t in cases.TYPES if _type_ok(t)]
+    else:
+        t = cases.canonical_type(args.datatype)
+        if t is None:
+            p.error(f"argument -d/--datatype: expected one of {', '.join(cases.TYPES)} or all, "
+                    f"got {args.datatype!r}")
+        if not _type_ok(t):
+            p.error(f"argument -d/--datatype: {t} needs the ml_dtypes package (pip install ml_dtypes)")
+        args.types = [t]
+    if "mpi" in (args.library, args.compare) and "bfloat16" in args.types:
+        if args.datatype.lower() != "all":
+            p.error("argument -d/--datatype: bfloat16 has no MPI datatype, so the mpi library "
+                    "cannot run it; drop --library/--compare mpi or choose another type")
+        args.types.remove("bfloat16")
+    # ops
+    if args.coll not in cases.REDUCING:
+        args.ops = [None]
+    elif args.op.lower() == "all":
+        args.ops = list(cases.OPS)
+    elif args.op.lower() in cases.OPS:
+        args.ops = [args.op.lower()]
+    else:
+        p.error(f"argument -o/--op: expected one of {', '.join(cases.OPS)} or all, got {args.op!r}")
+    if "avg" in args.ops and args.coll in cases.REDUCING:
+        floats = [t for t in args.types if cases.TYPES[t].startswith(("float", "bfloat"))]
+        if args.op.lower() == "avg" and len(floats) < len(args.types):
+            p.error("argument -o/--op: avg needs a floating -d/--datatype (half, float, double, "
+                    f"bfloat16), got {args.datatype}")
+    # root
+    if args.coll not in cases.ROOTED:
+        args.roots = None
+    elif args.root.lower() == "all":
+        args.roots = "all"
+    else:
+        try:
+            args.roots = [int(args.root)]
+        except ValueError:
+            p.error(f"argument -r/--root: expected a rank number or all, got {args.root!r}")
+        if args.roots[0] < 0:
+            p.error(f"argument -r/--root: expected a rank >= 0, got {args.roots[0]}")
+    # libraries
+    if args.compare == args.library:
+        p.error(f"argument --compare: the baseline must differ from --library ({args.library})")
+    args.libraries = (args.library,) + ((args.compare,) if args.compare else ())
+    if args.trace and not args.out:
+        p.error("argument --trace: traces go into the result file; add --out FILE.h5")
+    if args.trace and "hpccoll" not in args.libraries:
+        p.error("argument --trace: only hpccoll collectives have engine traces; "
+                "use --library hpccoll or --compare hpccoll")
+    args.overrides = _knobs(p, args.knobs)
+    if args.out:
+        parent = os.path.dirname(os.path.abspath(args.out))
+        if not os.path.isdir(parent):
+            p.error(f"argument --out: directory {parent} does not exist")
+    return args
+
+
+def _type_ok(t: str) -> bool:
+    try:
+        cases.numpy_dtype(t)
+        return True
+    except ValueError:
+        return False
+
+
+def _knobs(p, items) -> dict:
+    from ..config import SETTINGS
+    by_name = {s.name: s for s in SETTINGS}
+    out = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip().lower()
+        if not sep or name not in by_name:
+            p.error(f"argument --set: expected NAME=VALUE with NAME one of "
+                    f"{', '.join(sorted(by_name))}, got {item!r}")
+        if name in ("policy", "timeout", "trace"):
+            p.error(f"argument --set: use --{name} for {name}")
+        try:
+            out[name] = by_name[name].from_text(text)
+        except ValueError as exc:
+            p.error(f"argument --set: {name}: {exc}")
+    return out
+
+
+# -- devices --------------------------------------------------------------------------------
+def _setup_device(device: str, mpi):
+    """(array module, synchronize function, GPU model) for --device, or UsageError on every
+    rank if any rank lacks what it needs.  GPU results are never emulated on the host."""
+    if device == "cpu":
+        return np, (lambda: None), ""
+    problem, model, xp = None, "", None
+    try:
+        import cupy as xp
+        ndev = xp.cuda.runtime.getDeviceCount()
+        if ndev < 1:
+            raise RuntimeError("no CUDA device is visible")
+        from mpi4py import MPI
+        local = mpi.Split_type(MPI.COMM_TYPE_SHARED)
+        dev = local.Get_rank() % ndev
+        local.Free()
+        xp.cuda.Device(dev).use()
+        model = xp.cuda.runtime.getDeviceProperties(dev)["name"]
+        model = model.decode() if isinstance(model, bytes) else str(model)
+    except ImportError:
+        problem = "CuPy is not installed (pip install 'hpccoll[gpu]' on a machine with a CUDA GPU)"
+    except Exception as exc:   # CUDA runtime errors: no driver, no device
+        problem = f"no usable CUDA GPU ({exc})"
+    problems = mpi.allgather(problem)
+    bad = [(r, m) for r, m in enumerate(problems) if m]
+    if bad:
+        raise UsageError(f"argument --device gpu: rank {bad[0][0]}: {bad[0][1]}")
+    stream_sync = lambda: xp.cuda.get_current_stream().synchronize()
+    return xp, stream_sync, model
+
+
+# -- the run ----------------------------------------------------------------------------------
+def _banner(args, plan, mpi, ctx, gpu_model) -> list[str]:
+    from mpi4py import MPI
+    from .._version import __version__
+    step = f"{args.stepfactor}(factor)" if args.stepfactor > 1 else f"{args.stepbytes}(bytes)"
+    lib = MPI.Get_library_version().splitlines()[0].strip()
+    under = args.library + (f" (policy {plan.policy})" if args.library == "hpccoll" else "")
+    base = f", baseline: {args.compare}" if args.compare else ""
+    lines = [f"# hpccoll-bench {__version__}: {under}{base}; MPI: {lib}",
+             f"# Collective test starting: {args.coll}",
+             f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} "
+             f"warmup iters: {args.warmup_iters} iters: {args.iters} agg iters: 1 "
+             f"validation: {args.check} graph: 0",
+             f"# nRanks {mpi.Get_size()} device: {args.device} average: {args.average} "
+             f"({_AVERAGES.split(', ')[args.average]})",
+             "#", "# Using devices"]
+    import socket
+    me = (socket.gethostname(), os.getpid(), gpu_model or "cpu")
+    for r, (host, pid, dev) in enumerate(mpi.gather(me, root=0) or []):
+        lines.append("#  Rank %2d Group %2d Pid %6d on %10s device %s" % (r, 0, pid, host, dev))
+    return lines
+
+
+def run(args, mpi) -> int:
+    from .. import h5log
+    from ..config import resolve
+    from .runner import Plan, Progress, Sweep, trace_rows
+    rank, size = mpi.Get_rank(), mpi.Get_size()
+    if args.roots == "all":
+        args.roots = list(range(size))
+    elif args.roots and args.roots[0] >= size:
+        raise UsageError(f"argument -r/--root: expected a rank in [0, {size}), got {args.roots[0]}")
+    xp, sync, gpu_model = _setup_device(args.device, mpi)
+    ctx = None
+    if "hpccoll" in args.libraries:
+        import hpccoll
+        ctx = hpccoll.init(policy=args.policy, timeout=args.timeout, trace=args.trace,
+                           **args.overrides)
+    try:
+        settings = ctx.settings if ctx else resolve(dict(args.overrides, policy=args.policy))
+        plan = Plan(args.coll, cases.sizes(args.minbytes, args.maxbytes, args.stepbytes,
+                                           args.stepfactor),
+                    args.types, args.ops, args.roots or [-1], args.iters, args.warmup_iters,
+                    args.check, args.average, args.libraries, settings.policy)
+        writer = _open_writer(args, mpi, settings, plan, gpu_model)
+        try:
+            code = _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer, trace_rows,
+                          Sweep, Progress)
+        except BaseException as exc:
+            if writer is not None:
+                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                path = writer.close(status, f"{type(exc).__name__}: {exc}")
+                print(f"# partial results ({status}) kept in {path}", file=sys.stderr, flush=True)
+            raise
+        if writer is not None:
+            path = writer.close("complete" if code == 0 else "wrong-results")
+            print(f"# Results written to {path} (run {writer.name})", flush=True)
+        return code
+    finally:
+        if ctx is not None:
+            ctx.close()
+
+
+def _open_writer(args, mpi, settings, plan, gpu_model):
+    """Rank 0's RunWriter (None elsewhere or without --out).  Collective: every rank learns
+    whether rank 0 could open the file."""
+    if not args.out:
+        return None
+    from .. import h5log
+    attrs = h5log.environment_attrs(mpi, settings=settings, device=args.device, gpu_model=gpu_model)
+    writer, problem = None, None
+    if mpi.Get_rank() == 0:
+        attrs.update(tool="hpccoll-bench", collective=plan.coll, libraries=list(plan.libraries),
+                     library=args.library, baseline=args.compare or "", minbytes=args.minbytes,
+                     maxbytes=args.maxbytes, stepbytes=args.stepbytes, stepfactor=args.stepfactor,
+                     iters=plan.iters, warmup_iters=plan.warmup, check=plan.check,
+                     average=plan.average, types=plan.types, ops=[o or "none" for o in plan.ops],
+                     roots=plan.roots, traced=bool(args.trace))
+        try:
+            writer = h5log.RunWriter(args.out, plan.coll, attrs)
+        except (OSError, ValueError) as exc:
+            problem = f"argument --out: cannot write {args.out}: {exc}"
+    problem = mpi.bcast(problem, root=0)
+    if problem:
+        raise UsageError(problem)
+    return writer
+
+
+def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer, trace_rows, Sweep, Progress) -> int:
+    rank = mpi.Get_rank()
+    out = sys.stdout
+    baseline = args.compare
+    say = (lambda text: (out.write(text + "\n"), out.flush())) if rank == 0 else (lambda text: None)
+    for text in _banner(args, plan, mpi, ctx, gpu_model) + header(baseline):
+        say(text)
+    progress = Progress(rank == 0 and out.isatty())
+    sweep = Sweep(plan, mpi, ctx and ctx.world, ctx, xp, sync, progress)
+    table = writer.table(plan.coll) if writer else None
+    traces = writer.table(plan.coll, kind="traces") if writer and args.trace else None
+    busbw, base_busbw, ratios = [], [], []
+    wrong = {lib: 0 for lib in plan.libraries}
+    L = len(plan.libraries)
+    for ln in sweep.lines():
+        if rank != 0:
+            continue
+        progress.clear()
+        cols, extra = [], []
+        for k in range(2):
+            main_row = ln.rows[k * L]
+            cols.append((main_row["time_us"], main_row["algbw"], main_row["busbw"],
+                         main_row["wrong"] if plan.check else None))
+            busbw.append(main_row["busbw"])
+            for j, lib in enumerate(plan.libraries):
+                wrong[lib] += max(0, ln.rows[k * L + j]["wrong"])
+            if baseline:
+                b = ln.rows[k * L + 1]
+                ratio = b["time_us"] / main_row["time_us"]
+                extra.append((b["time_us"], b["busbw"], ratio))
+                base_busbw.append(b["busbw"])
+                ratios.append(ratio)
+        say(line(ln.shape.nbytes, ln.shape.count, ln.type_name, ln.op or "none", ln.root,
+                 cols, extra))
+        if table is not None:
+            first = len(table)
+            table.append(ln.rows)
+            if traces is not None:
+                for k in range(2):
+                    row = first + k * L + plan.libraries.index("hpccoll")
+                    traces.append(trace_rows(ln.traces[k], row, plan.warmup, plan.iters))
+    progress.clear()
+    main_lib = plan.libraries[0]
+    avg = float(np.mean(busbw)) if busbw else 0.0
+    geo = float(math.exp(np.mean(np.log(ratios)))) if ratios else 0.0
+    for text in footer(wrong[main_lib], avg, plan.coll, baseline,
+                       float(np.mean(base_busbw)) if base_busbw else 0.0, geo):
+        say(text)
+    if baseline and wrong[baseline]:
+        say(f"# Baseline {baseline} out of bounds values : {wrong[baseline]} FAILED")
+    failed = mpi.bcast(sum(wrong.values()) if rank == 0 else None, root=0)
+    return 1 if failed else 0
+
+
+def main(argv: Optional[list] = None) -> int:
+    from ..api import _mpi
+    MPI = _mpi()      # MPI_THREAD_MULTIPLE, as hpccoll needs; before parsing: errors print on rank 0
+    mpi = MPI.COMM_WORLD
+    rank = mpi.Get_rank()
+    args = parse(sys.argv[1:] if argv is None else argv, rank)
+    try:
+        return run(args, mpi)
+    except UsageError as exc:
+        if rank == 0:
+            print(f"hpccoll-bench: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except BaseException as exc:
+        # One rank's error must not leave the others waiting in a collective: abort the
+        # world, as mpi4py's runner does.  Ranks other than 0 wait a moment first, so
+        # that rank 0 (which usually fails alike) can move its result file into place.
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        sys.stderr.write(f"hpccoll-bench: rank {rank} failed:\n{text}")
+        sys.stderr.flush()
+        if rank != 0 and args.out:
+            time.sleep(2.0)
+        mpi.Abort(1)
+        return 1
