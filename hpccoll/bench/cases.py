@@ -89,12 +89,15 @@ def shape(coll: str, nbytes: int, itemsize: int, nranks: int) -> Shape:
     return Shape(coll, m, send, recv, itemsize)
 
 
-def sizes(minbytes: int, maxbytes: int, stepbytes: int, stepfactor: int) -> list[int]:
-    """The sweep nccl-tests makes: multiply by stepfactor when it is > 1, else add stepbytes."""
+def sizes(minbytes: int, maxbytes: int, stepbytes: int, stepfactor: int):
+    """The sweep nccl-tests makes: multiply by stepfactor when it is > 1, else add
+    stepbytes (a lazy range then: -i 8 up to 1G is a long sweep, not a huge list)."""
+    if stepfactor <= 1:
+        return range(minbytes, maxbytes + 1, stepbytes)
     out, size = [], minbytes
     while size <= maxbytes:
         out.append(size)
-        size = size * stepfactor if stepfactor > 1 else size + stepbytes
+        size *= stepfactor
     return out
 
 

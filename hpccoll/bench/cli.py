@@ -278,10 +278,9 @@ def _banner(args, plan, mpi, ctx, gpu_model) -> list[str]:
 
 
 def run(args, mpi) -> int:
-    from .. import h5log
     from ..config import resolve
-    from .runner import Plan, Progress, Sweep, trace_rows
-    rank, size = mpi.Get_rank(), mpi.Get_size()
+    from .runner import Plan
+    size = mpi.Get_size()
     if args.roots == "all":
         args.roots = list(range(size))
     elif args.roots and args.roots[0] >= size:
@@ -300,8 +299,7 @@ def run(args, mpi) -> int:
                     args.check, args.average, args.libraries, settings.policy)
         writer = _open_writer(args, mpi, settings, plan, gpu_model)
         try:
-            code = _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer, trace_rows,
-                          Sweep, Progress)
+            code = _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer)
         except BaseException as exc:
             if writer is not None:
                 status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
@@ -311,10 +309,15 @@ def run(args, mpi) -> int:
         if writer is not None:
             path = writer.close("complete" if code == 0 else "wrong-results")
             print(f"# Results written to {path} (run {writer.name})", flush=True)
-        return code
-    finally:
+    except UsageError:
         if ctx is not None:
-            ctx.close()
+            ctx.close()          # every rank raised it alike: closing together is safe
+        raise
+    # Any other error skips close(): it is collective and would wait for ranks that may
+    # be stuck in a collective; main() aborts the world instead.
+    if ctx is not None:
+        ctx.close()
+    return code
 
 
 def _open_writer(args, mpi, settings, plan, gpu_model):
@@ -342,7 +345,9 @@ def _open_writer(args, mpi, settings, plan, gpu_model):
     return writer
 
 
-def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer, trace_rows, Sweep, Progress) -> int:
+def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
+    """Print the table while measuring it, log every row; the exit status (same on all ranks)."""
+    from .runner import Progress, Sweep, trace_rows
     rank = mpi.Get_rank()
     out = sys.stdout
     baseline = args.compare
