@@ -106,3 +106,6 @@ def main(argv: Optional[list] = None) -> int:
     except ReportError as exc:
         print(f"hpccoll-report: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:      # hpccoll-report r.h5 | head
+        sys.stderr.close()
+        return 0

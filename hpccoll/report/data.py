@@ -138,8 +138,13 @@ def baselines(series: list[Series], spec: Optional[str], paths: list) -> tuple[l
     base = set(map(id, mine))
 
     def of(s):
+        # like with like: the same library and policy, else the same library, else the
+        # file's only series
         if id(s) in base:
             return None
-        same = [b for b in mine if (b.library, b.policy) == (s.library, s.policy)]
-        return same[0] if same else mine[0]
+        for same in ([b for b in mine if (b.library, b.policy) == (s.library, s.policy)],
+                     [b for b in mine if b.library == s.library], mine if len(mine) == 1 else []):
+            if same:
+                return same[0]
+        return None
     return series, of
