@@ -110,6 +110,9 @@ def parser(rank: int = 0) -> argparse.ArgumentParser:
                    help="hpccoll watchdog: a collective without progress this long raises (default 300)")
     h.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                    help="where the buffers live (gpu: CuPy arrays on the rank's GPU)")
+    h.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                   help="status line of the running measurement on rank 0 (auto: when stdout is a "
+                        "terminal; mpiexec gives ranks a pipe, so say on there)")
     h.add_argument("--out", metavar="FILE.h5", help="write (append) the results to this HDF5 file")
     h.add_argument("--trace", action="store_true",
                    help="also record hpccoll's engine trace of every collective into --out")
@@ -354,7 +357,8 @@ def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
     say = (lambda text: (out.write(text + "\n"), out.flush())) if rank == 0 else (lambda text: None)
     for text in _banner(args, plan, mpi, ctx, gpu_model) + header(baseline):
         say(text)
-    progress = Progress(rank == 0 and out.isatty())
+    progress = Progress(rank == 0 and (args.progress == "on" or
+                                       (args.progress == "auto" and out.isatty())))
     sweep = Sweep(plan, mpi, ctx and ctx.world, ctx, xp, sync, progress)
     table = writer.table(plan.coll) if writer else None
     traces = writer.table(plan.coll, kind="traces") if writer and args.trace else None

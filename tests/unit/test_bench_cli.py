@@ -183,3 +183,12 @@ def test_killed_benchmark_leaves_the_previous_file_complete(tmp_path):
     assert out.read_bytes() == before
     (run,) = h5log.read(out)
     assert run.label == "earlier" and run.attrs["status"] == "complete"
+
+
+def test_every_column_and_attribute_is_documented(compare_run):
+    _, out = compare_run
+    doc = (Path(__file__).parents[2] / "docs" / "results.md").read_text()
+    (run,) = h5log.read(out)
+    names = set(run.attrs) | set(run.tables["allreduce"][0]) | set(run.traces["allreduce"][0])
+    missing = sorted(n for n in names if f"`{n}`" not in doc)
+    assert not missing, f"docs/results.md does not describe {missing}"
