@@ -2,7 +2,6 @@
 comparison tables with the right ratios, PNG plots, a Chrome trace that loads and has one
 slice per traced collective and one instant event per yield; baselines from another file."""
 import json
-import math
 import subprocess
 import sys
 
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 
 from hpccoll import h5log
+from hpccoll.bench.table import float_str
 from hpccoll.report import main as report
 from hpccoll.timeline import chrome_trace
 from tests import launch
@@ -46,9 +46,9 @@ def test_comparison_table_ratios(result, capsys):
         assert sorted(table) == sorted(mine) == [4096, 65536, 1048576]
         for size, fields in table.items():
             t, _, ratio, bt, _ = map(float, fields)
-            assert math.isclose(t, mine[size]["time_us"], rel_tol=0.01)
-            assert math.isclose(bt, base[size]["time_us"], rel_tol=0.01)
-            assert math.isclose(ratio, base[size]["time_us"] / mine[size]["time_us"], rel_tol=0.02)
+            assert t == float(float_str(mine[size]["time_us"], 9))
+            assert bt == float(float_str(base[size]["time_us"], 9))
+            assert ratio == float(float_str(base[size]["time_us"] / mine[size]["time_us"], 6))
 
 
 def test_plots_are_written(result, tmp_path):
