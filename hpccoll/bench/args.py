@@ -97,7 +97,8 @@ def parser(rank: int = 0) -> argparse.ArgumentParser:
     h.add_argument("--library", choices=cases.LIBRARIES, default="hpccoll",
                    help="the library under test (default hpccoll; mpi: mpi4py's collectives)")
     h.add_argument("--compare", choices=cases.LIBRARIES, default=None,
-                   help="a baseline library measured in the same run (ratio = its time / ours)")
+                   help="a baseline library measured in the same run (ratio = its time / ours); "
+                        "with --device gpu the mpi baseline needs a CUDA-aware MPI")
     h.add_argument("--policy", choices=policies, default=None,
                    help="hpccoll's scheduling policy (default: HPCCOLL_POLICY or preemptive)")
     h.add_argument("--set", dest="knobs", action="append", default=[], metavar="NAME=VALUE",
