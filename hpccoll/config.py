@@ -32,6 +32,10 @@ def _parse_optional_float(text: str) -> Optional[float]:
     return float(text)
 
 
+def _parse_optional_int(text: str) -> Optional[int]:
+    return None if text.strip().lower() in ("", "none") else int(text)
+
+
 def _parse_size(text: str) -> int:
     """Byte counts accept K/M/G suffixes (powers of 1024), like nccl-tests."""
     t = text.strip().upper().rstrip("B").rstrip("I")
@@ -123,13 +127,13 @@ SETTINGS: tuple[Setting, ...] = (
             "Reduction workers per collective when the call passes no blocks=: CUDA thread "
             "blocks for device arrays (None: a size-based rule, at most max_blocks), CPU threads "
             "of the Numba kernels for host arrays (None: NumPy ufuncs, one thread).",
-            minimum=1, allow_none=True, parse=lambda t: None if t.strip().lower() in ("", "none") else int(t)),
+            minimum=1, allow_none=True, parse=_parse_optional_int),
     Setting("threads_per_block", int, 256,
             "CUDA threads per block of the reduction and copy kernels.", minimum=1),
     Setting("max_blocks", int, None,
             "Cap of the size-based block rule for device arrays (None: 2 x the GPU's "
             "multiprocessors).", minimum=1, allow_none=True,
-            parse=lambda t: None if t.strip().lower() in ("", "none") else int(t)),
+            parse=_parse_optional_int),
     Setting("cuda_aware", str, "auto",
             "Hand device memory to MPI directly ('yes'), stage it through pinned host buffers "
             "('no'), or ask the MPI library (MPIX_Query_cuda_support) ('auto').",
@@ -155,7 +159,7 @@ SETTINGS: tuple[Setting, ...] = (
             "Pretend every node_size consecutive world ranks form a node (tests of the "
             "hierarchical algorithms on one machine); None: nodes as MPI reports them.",
             minimum=1, allow_none=True,
-            parse=lambda t: None if t.strip().lower() in ("", "none") else int(t)),
+            parse=_parse_optional_int),
     Setting("check_mismatch", bool, True,
             "Send a fingerprint (collective, dtype, count, root, op) with the first message of every "
             "collective so that ranks that disagree raise CollectiveMismatch instead of hanging."),
