@@ -11,7 +11,9 @@ Schema ``hpccoll.chaos/1``, one file per run, written by rank 0:
   every rank: the job's exit status), ``command``, ``hpccoll_version``, ``mpi_library``,
   ``ranks``, ``hosts`` (one per rank), ``created`` (UTC, ISO 8601), the run's options
   (``iters``, ``bytes``, ``timeout``, ``max_active``, ``seed``, ``expect``), and every
-  SLURM_* environment variable under its own name.
+  SLURM_* environment variable of rank 0 under its own name: the job step's under srun;
+  under mpiexec in a Slurm job, those of the step that started MPI's proxy on the node
+  (SLURM_NTASKS is then the number of nodes; ``ranks`` is always the MPI job's size).
 
 The file appears complete or not at all: it is written under a temporary name in the
 same directory and renamed.
