@@ -84,3 +84,20 @@ def test_cli_usage_errors(argv):
     proc = subprocess.run([sys.executable, "-m", "hpccoll.slurm", *argv],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_reading_example_in_docs_runs(tmp_path):
+    """docs/slurm.md shows how to read a chaos file: run it on a real one."""
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "slurm.md").read_text()
+    [snippet] = [s for s in re.findall(r"```python\n(.*?)```", doc, re.S) if "outcomes" in s]
+    proc, out = chaos(2, tmp_path, env={"SLURM_JOB_ID": "77"})
+    assert proc.returncode == 0, proc.stderr
+    run = subprocess.run([sys.executable, "-c", snippet.replace("results/1234-chaos-3d.h5",
+                                                                str(out))],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "77 2 ok" and len(lines) == 1 + 2 * 3
+    assert "1 fifo timeout 0" in lines
