@@ -3,8 +3,10 @@
 code, and the content of its HDF5 results.  Without a cluster these tests skip (fail
 under HPCCOLL_REQUIRE_SLURM=1, as in CI).  The bench and training templates skip, saying
 why, until their entry points (hpccoll.bench, examples/train_dp.py) exist."""
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import h5py
@@ -114,12 +116,19 @@ def test_chaos_template(conf, tmp_path, launcher):
 def test_chaos_template_fails_when_its_check_fails(conf, tmp_path):
     """--expect timeout cannot be met (preemptive completes): the job must fail, and its
     result file must still say what happened."""
-    job = submit("chaos.sbatch", tmp_path, job_env(
-        conf, HPCCOLL_CHAOS_SCENARIOS="abba",
-        HPCCOLL_CHAOS_ARGS="--iters 2 --timeout 2 --expect timeout"), "--ntasks-per-node=2")
+    env = job_env(conf, HPCCOLL_CHAOS_SCENARIOS="abba",
+                  HPCCOLL_CHAOS_ARGS="--iters 2 --timeout 2 --expect timeout")
+    # and the default environment: the venv active at sbatch time, found from VIRTUAL_ENV
+    # alone (its bin/ taken off PATH, so that only activating it finds hpccoll)
+    del env["HPCCOLL_ENV"]
+    env["VIRTUAL_ENV"] = sys.prefix
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
+                                  if os.path.realpath(p) != os.path.realpath(f"{sys.prefix}/bin"))
+    job = submit("chaos.sbatch", tmp_path, env, "--ntasks-per-node=2")
     assert job.returncode == 1 and job.state == "FAILED", job
     assert job.info["ExitCode"] == "1:0", job
     assert "FAILED: unexpected outcome" in job.out and "some checks FAILED" in job.err, job
+    assert f"{sys.prefix}/bin/python" in job.err, job
     [path] = job.results()
     check_recorded(path, job)
     with h5py.File(path) as f:
