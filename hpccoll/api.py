@@ -61,15 +61,15 @@ class _RegisteredCall:
 
 
 _MPI_NATIVE_OPS = frozenset({"sum", "prod", "min", "max", "avg"})
-_MPI_NATIVE_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
-                                "uint64", "float32", "float64"})
+_MPI_NATIVE_DTYPES = frozenset(np.dtype(n) for n in (
+    "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64"))
 
 
 def _host_lane(call, program, blocks, pool):
     """Host arrays: NumPy ufuncs, or Numba CPU kernels on ``blocks`` threads (compiled
     here, on the calling thread, the first time, never inside the engine)."""
-    from .engine.lane import CpuKernelOps, HostOps, Lane
-    ops = HostOps
+    from .engine import lane as lanes     # cached after the first import: a dict lookup
+    Lane, ops = lanes.Lane, lanes.HostOps
     if blocks is not None:
         from numba_kernels import cpu
         if blocks > cpu.max_threads():
@@ -77,7 +77,7 @@ def _host_lane(call, program, blocks, pool):
                                 f"(NUMBA_NUM_THREADS), got {blocks}")
         if call.op is not None:
             cpu.prepare(call.op, call.send.dtype)
-        ops = CpuKernelOps(blocks)
+        ops = lanes.CpuKernelOps(blocks)
     dt = call.send.dtype
     raw = pool.get(program.scratch * dt.itemsize) if program.scratch else None
     scratch = raw[:program.scratch * dt.itemsize].view(dt) if raw is not None else _NO_SCRATCH
@@ -257,7 +257,7 @@ class Communicator:
         if shm:
             layout = "flat" if len(shm["local"]) == self.size else ("hier" if shm["cross"] else "")
         native = (key is None and not call.send.device and call.op in _MPI_NATIVE_OPS
-                  and dt.name in _MPI_NATIVE_DTYPES)
+                  and dt in _MPI_NATIVE_DTYPES)
         choice = algorithms.Choice(nbytes, s.small_msg_bytes, layout, s.shm_min_bytes,
                                    registered is not None, s.mpi_coll_bytes,
                                    native or (call.op is None and key is None and not call.send.device))
