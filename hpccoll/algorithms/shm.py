@@ -54,12 +54,19 @@ def allreduce(spec: Spec):
             def out(q, o, k):
                 return Region(RECV if q == r else (PRECV, q), lo + o, k)
         else:
+            # stage only the parts the others reduce: this rank reduces its own part
+            # straight from its private input
             yield from _stage(spec, e, peers)
-            yield Copy(Region((SLOT, r, e), 0, length), Region(SEND, lo, length))
+            for q in peers:
+                qo, ql = parts[q]
+                if ql:
+                    yield Copy(Region((SLOT, r, e), qo, ql), Region(SEND, lo + qo, ql))
 
-            def src(q, o, k, e=e):
+            def src(q, o, k, e=e, lo=lo):
+                return Region(SEND, lo + o, k) if q == r else Region((SLOT, q, e), o, k)
+
+            def out(q, o, k, e=e):
                 return Region((SLOT, q, e), o, k)
-            out = src
         yield Signal(READY, e)
         yield WaitFlags(READY, e, peers)
         po, pl = parts[r]
@@ -93,10 +100,12 @@ def reduce_scatter(spec: Spec):
                 return Region(SEND if q == r else (PSEND, q), r * m + lo, length)
         else:
             yield from _stage(spec, e, peers)
-            for b in range(n):
+            for b in peers:     # my own block is read by me only: straight from my input
                 yield Copy(Region((SLOT, r, e), b * length, length), Region(SEND, b * m + lo, length))
 
-            def src(q, e=e, length=length):
+            def src(q, e=e, lo=lo, length=length):
+                if q == r:
+                    return Region(SEND, r * m + lo, length)
                 return Region((SLOT, q, e), r * length, length)
         yield Signal(READY, e)
         yield WaitFlags(READY, e, peers)
