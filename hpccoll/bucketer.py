@@ -98,8 +98,10 @@ class GradientBucketer:
         if missing:
             raise HpcCollError(f"finish: gradient(s) {missing[:10]} were never marked ready this "
                                "step; call ready(i) for every gradient before finish()")
-        for w in self._works:
+        for m, w in enumerate(self._works):
             w.wait(timeout)
+            if self.done_at[m] is None:     # wait() can return before the callback has run
+                self.done_at[m] = time.perf_counter()
         for i, g in enumerate(self.grads):
             g.reshape(-1)[...] = self.buffers[int(self._bucket_of[i])][self._slices[i]]
         stats = {"issued": list(self.issued_at), "done": list(self.done_at),

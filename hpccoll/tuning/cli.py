@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from ..errors import HpcCollError
+from ..errors import ArgumentError, HpcCollError
 from ..timing import parse_bytes
 
 
@@ -18,33 +18,29 @@ def _ints(text: str, what: str) -> list:
     try:
         return [parse_bytes(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise SystemExit(f"hpccoll-tune: {what}: expected comma-separated numbers, got {text!r}")
+        raise ArgumentError(f"{what}: expected comma-separated numbers, got {text!r}") from None
 
 
 def cmd_profile(args) -> int:
     import hpccoll
     from mpi4py import MPI
-    from .profiler import blocks_supported, measure
+    from .profiler import measure
     from .store import environment
     try:
-        with hpccoll.init(timeout=args.timeout) as ctx:
-            if args.blocks == "default":
-                blocks = [0]
-            elif args.blocks == "auto":
-                if not blocks_supported(ctx.world):
-                    raise HpcCollError(
-                        "blocks: this hpccoll build's allreduce has no blocks= keyword yet (it "
-                        "comes with the numba_kernels issue); pass --blocks default to profile "
-                        "the library's own allocation")
-                top = args.max_blocks or (os.cpu_count() or 1)
-                blocks = [1 << k for k in range(top.bit_length()) if (1 << k) <= top]
-            else:
-                blocks = _ints(args.blocks, "--blocks")
+        # no ``with``: on an unexpected error the job is aborted at once, not after
+        # close() waited for ranks that will never arrive
+        ctx = hpccoll.init(timeout=args.timeout)
+        try:
+            blocks = _blocks(args, ctx)
             prof = measure(ctx, _ints(args.sizes, "--sizes"), blocks, repeats=args.repeats,
-                           kernel_size=args.kernel_size, contend_bytes=parse_bytes(args.contend_bytes),
-                           rounds=args.rounds, device=args.device)
-            env = environment(MPI.COMM_WORLD)
-            env["policy"] = ctx.policy
+                           kernel_size=args.kernel_size, rounds=args.rounds, device=args.device,
+                           contend_bytes=parse_bytes(args.contend_bytes))
+        except HpcCollError:
+            ctx.close()          # bad input: raised alike on every rank, before any collective
+            raise
+        env = environment(MPI.COMM_WORLD)
+        env["policy"] = ctx.policy
+        ctx.close()
         if MPI.COMM_WORLD.rank == 0:
             prof.save(args.out, env)
             _print_profile(prof)
@@ -59,6 +55,21 @@ def cmd_profile(args) -> int:
         traceback.print_exc()
         MPI.COMM_WORLD.Abort(1)     # one failing rank must not leave the others hanging
         return 1
+
+
+def _blocks(args, ctx) -> list:
+    from .profiler import blocks_supported
+    if args.blocks == "default":
+        return [0]
+    if args.blocks != "auto":
+        return _ints(args.blocks, "--blocks")
+    if not blocks_supported(ctx.world):
+        raise HpcCollError(
+            "blocks: this hpccoll build's allreduce has no blocks= keyword yet (it comes with "
+            "the numba_kernels issue); pass --blocks default to profile the library's own "
+            "allocation")
+    top = args.max_blocks or (os.cpu_count() or 1)
+    return [1 << k for k in range(top.bit_length()) if (1 << k) <= top]
 
 
 def _print_profile(prof) -> None:
