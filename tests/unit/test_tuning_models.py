@@ -116,3 +116,11 @@ def test_plan_command_on_a_saved_profile(tmp_path):
                            "--model", "vgg16"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "planned:" in proc.stdout and "ddp" in proc.stdout
+
+
+def test_the_docs_example_runs():
+    """docs/tuning.md's first Python example, as written."""
+    from pathlib import Path
+    text = (Path(__file__).parents[2] / "docs" / "tuning.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "docs/tuning.md", "exec"), {})
