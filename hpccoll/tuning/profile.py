@@ -81,12 +81,6 @@ class Profile:
         up, so measured factors below 1 (noise) count as 1."""
         return max(1.0, float(self.slowdown[self._col(b)]))
 
-    def restrict(self, blocks) -> "Profile":
-        """The same profile with only the given block counts (e.g. [max] for fusion-only)."""
-        cols = [self._col(b) for b in sorted(set(int(b) for b in blocks))]
-        return Profile(self.sizes, self.blocks[cols], self.comm_time[:, cols], self.slowdown[cols],
-                       dict(self.sources), dict(self.attrs))
-
     # -- HDF5 ---------------------------------------------------------------------------
     def save(self, path: str, env: Optional[dict] = None) -> None:
         from .store import write_attrs, h5open

@@ -10,7 +10,6 @@ import socket
 import subprocess
 from pathlib import Path
 
-
 import numpy as np
 
 
@@ -84,11 +83,3 @@ def environment(mpi_comm=None) -> dict:
         if k.startswith("SLURM_"):
             env[k] = v
     return env
-
-
-def read_env(path: str) -> dict:
-    import h5py
-    with h5py.File(path, "r") as f:
-        return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
-
-

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hpccoll.errors import ArgumentError
-from hpccoll.tuning import Profile, baselines, layers, plan, simulate
+from hpccoll.tuning import Profile, baselines, layers
 from hpccoll.tuning import report
 
 
