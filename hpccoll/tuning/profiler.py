@@ -95,6 +95,7 @@ def slowdowns(comm, mpi_comm, blocks, kernel: Kernel, contend_bytes: int, rounds
     alone: list = []
     contended: list = [[] for _ in blocks]
     for _ in range(rounds):
+        mpi_comm.Barrier()                     # no rank is still busy with a collective
         alone.extend(kernel() for _ in range(alone_per_round))
         for j, b in enumerate(blocks):
             mpi_comm.Barrier()
