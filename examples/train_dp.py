@@ -114,11 +114,18 @@ def load_data(xp, seed=0):
 def layer_times(model, X, Y, batch, reps=10) -> np.ndarray:
     """Median backward compute between consecutive gradients, with no communication."""
     samples = []
+    xp = model.xp
+    sync = (lambda: None) if xp is np else xp.cuda.get_current_stream().synchronize
+
+    def mark(i):
+        sync()                                  # GPU: time the kernels, not their launch
+        marks.append(time.perf_counter())
     for r in range(reps + 2):
         model.forward(X[:batch], Y[:batch])
         marks = []
+        sync()
         t0 = time.perf_counter()
-        model.backward(lambda i: marks.append(time.perf_counter()))
+        model.backward(mark)
         if r >= 2:
             samples.append(np.diff([t0] + marks))
     return np.median(samples, axis=0)
