@@ -15,7 +15,7 @@ from . import algorithms, collectives
 from .algorithms.spec import COLLECTIVES, Spec
 from .buffers import dtype_code, op_code
 from .config import Settings, resolve
-from .errors import ArgumentError, ContextClosed, HpcCollError
+from .errors import ArgumentError, ArgumentTypeError, ContextClosed, HpcCollError
 from .work import Work
 
 
@@ -39,6 +39,84 @@ def _mpi():
     return MPI
 
 
+class _RegisteredCall:
+    """A collective whose send and receive buffers both live in registered allocations:
+    (allocation, byte offset, bytes) for each."""
+
+    def __init__(self, send, recv, dtype, coll, inplace):
+        self.send, self.recv, self.dtype = send, recv, dtype
+        # Peers read my buffers at *their* offsets, so what they read must sit at the same
+        # offset of the same allocation on every rank: that goes into the fingerprint.
+        # (NCCL's in-place views put the other buffer at a rank-dependent offset: not read.)
+        if coll == "allreduce":
+            read = (send, recv)
+        elif coll == "allgather" and inplace:
+            read = (recv,)
+        else:
+            read = (send,)
+        h = 1
+        for alloc, off, _ in read:
+            h = ((h * 1_000_003) ^ (alloc.id << 40) ^ off) & ((1 << 62) - 1)
+        self.fingerprint = h | 1
+
+
+_MPI_NATIVE_OPS = frozenset({"sum", "prod", "min", "max", "avg"})
+_MPI_NATIVE_DTYPES = frozenset(np.dtype(n) for n in (
+    "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64"))
+
+
+def _host_lane(call, program, blocks, pool):
+    """Host arrays: NumPy ufuncs, or Numba CPU kernels on ``blocks`` threads (compiled
+    here, on the calling thread, the first time, never inside the engine)."""
+    from .engine import lane as lanes     # cached after the first import: a dict lookup
+    Lane, ops = lanes.Lane, lanes.HostOps
+    if blocks is not None:
+        from numba_kernels import cpu
+        if blocks > cpu.max_threads():
+            raise ArgumentError(f"blocks: at most {cpu.max_threads()} CPU threads on this machine "
+                                f"(NUMBA_NUM_THREADS), got {blocks}")
+        if call.op is not None:
+            cpu.prepare(call.op, call.send.dtype)
+        ops = lanes.CpuKernelOps(blocks)
+    dt = call.send.dtype
+    raw = pool.get(program.scratch * dt.itemsize) if program.scratch else None
+    scratch = raw[:program.scratch * dt.itemsize].view(dt) if raw is not None else _NO_SCRATCH
+    bufs = [call.send.flat, call.recv.flat, scratch]
+
+    def make(mpi_comm, tag):
+        lane = Lane(program, bufs, call.op, mpi_comm, tag, ops)
+        lane.pool, lane._pooled = pool, raw
+        return lane
+    return make
+
+
+_NO_SCRATCH = np.empty(0, np.uint8)
+
+
+def _device_lane(ctx, call, program, blocks, chunk):
+    """Device arrays: CUDA kernels with ``blocks`` blocks (default: the size rule), on
+    hpccoll's stream, after the arrays' own streams finished their queued work."""
+    from . import device
+    from .engine.lane import CudaOps, DeviceLane
+    from numba_kernels import cuda as kernels
+    s = ctx.settings
+    device.wait_for_stream(call.send)
+    if call.recv.array is not call.send.array:
+        device.wait_for_stream(call.recv)
+    if blocks is None:
+        cap = s.max_blocks or 2 * kernels.multiprocessors()
+        blocks = kernels.default_blocks(min(call.count * max(1, ctx.size), chunk),
+                                        s.threads_per_block, cap)
+    kernels.prepare(call.op, call.send.dtype)
+    direct = {"yes": True, "no": False}.get(s.cuda_aware)
+    if direct is None:
+        direct = device.mpi_cuda_aware()
+    scratch = device.empty(program.scratch, call.send.dtype)
+    bufs = [call.send.flat, call.recv.flat, scratch]
+    ops = CudaOps(blocks, s.threads_per_block)
+    return lambda mpi_comm, tag: DeviceLane(program, bufs, call.op, mpi_comm, tag, ops, direct)
+
+
 def _key_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 1
 
@@ -58,6 +136,9 @@ class Communicator:
         self._children = 0
         self._live_keys: dict = {}
         self._key_uses: dict = {}      # key -> how many times it was issued (ordered policy)
+        self._last_ordered = None      # the last order-matched task (start order, see Task.prev)
+        from .pool import BufferPool
+        self._pool = BufferPool()      # scratch space, reused by the collectives
         self._freed = False
         if mpi_comm == MPI.COMM_NULL:
             self._mpi = None
@@ -73,6 +154,8 @@ class Communicator:
         # private duplicates: one for order-matched collectives, one for keyed ones
         self._data = mpi_comm.Dup()
         self._keyed = mpi_comm.Dup()
+        from .transport import shm
+        self._shm = shm.create(mpi_comm, self.world_ranks, ctx.settings)
         ub = ctx._ctl.Get_attr(MPI.TAG_UB) or 32767
         self._tag_space = max(2, (int(ub) + 1) // 2)
         ctx._register(self)
@@ -122,6 +205,9 @@ class Communicator:
         self._free_mpi()
 
     def _free_mpi(self) -> None:
+        if getattr(self, "_shm", None):
+            self._shm["area"].free()
+            self._shm = None
         for c in (self._data, self._keyed, self._mpi):
             try:
                 c.Free()
@@ -129,46 +215,65 @@ class Communicator:
                 pass
 
     # -- collectives ---------------------------------------------------------------------
-    def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None) -> Work:
+    def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
         self._check()
-        return self._submit(collectives.allreduce(self, sendbuf, recvbuf, op), key)
+        return self._submit(collectives.allreduce(self, sendbuf, recvbuf, op), key, blocks)
 
-    def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None) -> Work:
+    def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None, blocks=None) -> Work:
         self._check()
-        return self._submit(collectives.reduce(self, sendbuf, recvbuf, op, root), key)
+        return self._submit(collectives.reduce(self, sendbuf, recvbuf, op, root), key, blocks)
 
-    def broadcast(self, buf, root=0, key=None) -> Work:
+    def broadcast(self, buf, root=0, key=None, blocks=None) -> Work:
         self._check()
-        return self._submit(collectives.broadcast(self, buf, root), key)
+        return self._submit(collectives.broadcast(self, buf, root), key, blocks)
 
-    def allgather(self, sendbuf, recvbuf=None, key=None) -> Work:
+    def allgather(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
         self._check()
-        return self._submit(collectives.allgather(self, sendbuf, recvbuf), key)
+        return self._submit(collectives.allgather(self, sendbuf, recvbuf), key, blocks)
 
-    def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None) -> Work:
+    def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
         self._check()
-        return self._submit(collectives.reduce_scatter(self, sendbuf, recvbuf, op), key)
+        return self._submit(collectives.reduce_scatter(self, sendbuf, recvbuf, op), key, blocks)
 
-    def alltoall(self, sendbuf, recvbuf=None, key=None) -> Work:
+    def alltoall(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
         self._check()
-        return self._submit(collectives.alltoall(self, sendbuf, recvbuf), key)
+        return self._submit(collectives.alltoall(self, sendbuf, recvbuf), key, blocks)
 
     def barrier(self, key=None) -> Work:
         self._check()
-        return self._submit(collectives.barrier(self), key)
+        return self._submit(collectives.barrier(self), key, None)
 
-    def _submit(self, call: collectives.Call, key: Optional[str]) -> Work:
+    def _submit(self, call: collectives.Call, key: Optional[str], blocks) -> Work:
         ctx = self._ctx
         s = ctx.settings
         key = collectives.check_key(key)
+        blocks = collectives.check_blocks(blocks, s.blocks)
         dt = call.send.dtype
         itemsize = dt.itemsize
         nbytes = algorithms.message_bytes(call.coll, call.count, self.size, itemsize)
-        spec = Spec(call.coll, self.rank, self.size, call.count,
-                    chunk=max(1, s.chunk_bytes // itemsize), depth=s.pipeline_depth,
-                    root=call.root, avg=call.op == "avg", inplace=call.inplace)
-        program = algorithms.build(spec, algorithms.select(call.coll, nbytes, s.small_msg_bytes))
-        scratch = np.empty(program.scratch, dtype=dt)
+        shm = self._shm if key is None and not call.send.device else None
+        registered = ctx._registered_pair(call) if shm else None
+        layout = ""
+        if shm:
+            layout = "flat" if len(shm["local"]) == self.size else ("hier" if shm["cross"] else "")
+        native = (key is None and not call.send.device and call.op in _MPI_NATIVE_OPS
+                  and dt in _MPI_NATIVE_DTYPES)
+        choice = algorithms.Choice(nbytes, s.small_msg_bytes, layout, s.shm_min_bytes,
+                                   registered is not None, s.mpi_coll_bytes,
+                                   native or (call.op is None and key is None and not call.send.device))
+        algo = algorithms.select(call.coll, choice)
+        shared = algo in algorithms.SHM_ALGOS
+        chunk = max(1, (s.shm_slot_bytes if shared else s.chunk_bytes) // itemsize)
+        spec = Spec(call.coll, self.rank, self.size, call.count, chunk=chunk,
+                    depth=s.pipeline_depth, root=call.root, avg=call.op == "avg",
+                    inplace=call.inplace, slots=s.shm_slots,
+                    registered=shared and registered is not None,
+                    local=shm["local"] if shared else (), cross=(shm["cross"] or ()) if shared else ())
+        program = algorithms.build(spec, algo)
+        if call.send.device:
+            make_lane = _device_lane(ctx, call, program, blocks, spec.chunk)
+        else:
+            make_lane = _host_lane(call, program, blocks, self._pool)
         work = Work(call.coll, ctx._engine)
         with self._lock:
             if key is None:
@@ -190,11 +295,25 @@ class Communicator:
             fp = None
             if s.check_mismatch and self.size > 1:
                 fp = np.array([COLLECTIVES.index(call.coll) + 1, dtype_code(dt), call.count,
-                               call.root, op_code(call.op), ident], dtype=np.int64)
-            task = ctx._Task(work, self, call.coll, dt, call.count, call.root, call.op, seq, key, tag,
-                        mpi_comm, program, [call.send.flat, call.recv.flat, scratch], call.result, fp)
+                               call.root, op_code(call.op), ident,
+                               registered.fingerprint if registered else 0,
+                               algorithms.ALGO_CODES[algo]], dtype=np.int64)
+            lane = make_lane(mpi_comm, tag)
+            if shared:
+                # epochs follow issue order on the communicator: the same on every rank
+                area = shm["area"]
+                lane.shm = ctx._shm_runtime(self, shm, area.epoch,
+                                            registered if spec.registered else None)
+                area.epoch += program.epochs
+            task = ctx._Task(work, self, call.coll, dt, call.count, call.root, call.op, seq, key,
+                             lane, call.result, fp)
             if key is not None:
                 task.key_instance = self._key_uses[key] = self._key_uses.get(key, 0) + 1
+            else:
+                prev = self._last_ordered
+                if prev is not None and prev.t_start is None and not prev.finished:
+                    task.prev = prev
+                self._last_ordered = task
             work._task = task
             ctx._engine.submit(task, inline=nbytes <= s.inline_bytes and ctx._engine.idle())
         return work
@@ -219,6 +338,9 @@ class Context:
         if base == MPI.COMM_NULL:
             raise ArgumentError("comm: expected a communicator this rank belongs to, got COMM_NULL")
         self._closed = False
+        self._allocs: list = []        # registered allocations (ctx.empty)
+        self._node = None              # world ranks on this node (registered buffers)
+        self._node_index: dict = {}
         self._epoch = time.time() - time.monotonic()   # monotonic -> wall clock, for traces
         self._comms: list = []
         self._ctl = base.Dup()
@@ -254,6 +376,66 @@ class Context:
     def stats(self) -> dict:
         """Engine counters: passes, parks, wakeups, context switches, policy."""
         return self._engine.stats()
+
+    # -- registered (node-shared, symmetric) buffers -----------------------------------------
+    def empty(self, n: int, dtype=np.float64) -> np.ndarray:
+        """A NumPy array of n elements in node-shared memory that every rank on the node can
+        read: collectives on such arrays skip the copy into shared memory.  Collective over
+        the world, symmetric: every rank asks for the same n and dtype, and uses the same
+        array (same offset) in a collective on every rank."""
+        self._check_open()
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ArgumentError(f"n: expected a non-negative integer, got {n!r}")
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            raise ArgumentTypeError(f"dtype: not a NumPy dtype: {dtype!r}") from None
+        nbytes = int(n) * dt.itemsize
+        sizes = self._ctl.allgather(nbytes)
+        if len(set(sizes)) != 1:
+            raise ArgumentError(f"n: registered buffers are symmetric: every rank must allocate "
+                                f"the same size; got {sorted(set(sizes))} bytes on different ranks")
+        from .transport import shm
+        if self._node is None:
+            self._node = shm.node_comm(self._ctl, list(range(self.size)), None)
+            self._node_index = {w: i for i, w in enumerate(self._node.allgather(self.rank))}
+        alloc = shm.Registered(len(self._allocs) + 1, self._node, nbytes)
+        self._allocs.append(alloc)
+        return alloc.mine[:nbytes].view(dt)
+
+    def zeros(self, n: int, dtype=np.float64) -> np.ndarray:
+        """Like empty(), filled with zeros (collective)."""
+        arr = self.empty(n, dtype)
+        arr[...] = 0
+        self._ctl.Barrier()    # nobody reads a peer's array before the peer zeroed it
+        return arr
+
+    def _registered_pair(self, call):
+        """Where a collective's buffers live in registered memory, or None unless both do."""
+        if not self._allocs:
+            return None
+        found = []
+        for buf in (call.send, call.recv):
+            for alloc in self._allocs:
+                off = alloc.offset(buf.address, buf.nbytes)
+                if off is not None:
+                    found.append((alloc, off, buf.nbytes))
+                    break
+            else:
+                return None
+        return _RegisteredCall(found[0], found[1], call.send.dtype, call.coll, call.inplace)
+
+    def _shm_runtime(self, comm, shm, base, registered):
+        """Run-time state of a shared-memory collective: peers' registered buffers are the
+        same offsets of their own segments (allocations are symmetric)."""
+        from .engine.lane import Shm
+        peer_send = peer_recv = None
+        if registered is not None:
+            nodes = [self._node_index[comm.world_ranks[c]] for c in shm["local"]]
+            (sa, so, sn), (ra, ro, rn) = registered.send, registered.recv
+            peer_send = [sa.segs[i][so:so + sn].view(registered.dtype) for i in nodes]
+            peer_recv = [ra.segs[i][ro:ro + rn].view(registered.dtype) for i in nodes]
+        return Shm(shm["area"], base, shm["local"], peer_send, peer_recv)
 
     def trace(self, clear: bool = False) -> list:
         """Completed collectives, one dict each, when the context was made with trace=True:
@@ -330,6 +512,10 @@ class Context:
         if synced:
             for c in self._comms:
                 c._free_mpi()
+            for alloc in self._allocs:
+                alloc.free()
+            if self._node is not None:
+                self._node.Free()
         self._comms = []
         self.world._freed = True
 

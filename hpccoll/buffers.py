@@ -93,13 +93,18 @@ def scale_into(dst: np.ndarray, divisor: int) -> None:
 
 @dataclass
 class Buffer:
-    """A validated array and its flat 1-D view (what the engine reads and writes)."""
+    """A validated array and its flat 1-D view (what the engine reads and writes): a NumPy
+    array, or for device arrays a Numba device-array view (``device``, ``ptr``, and the
+    CUDA stream named by the array's interface)."""
     array: Any
-    flat: np.ndarray
+    flat: Any
+    device: bool = False
+    ptr: int = 0
+    stream: Any = None
 
     @property
     def dtype(self) -> np.dtype:
-        return self.flat.dtype
+        return np.dtype(self.flat.dtype)
 
     @property
     def size(self) -> int:
@@ -107,26 +112,35 @@ class Buffer:
 
     @property
     def address(self) -> int:
+        if self.device:
+            return self.ptr
         return self.flat.__array_interface__["data"][0] if self.flat.size else 0
-
-    def same_memory(self, other: "Buffer") -> bool:
-        return self.array is other.array or (
-            np.may_share_memory(self.flat, other.flat) and self.address == other.address
-            and self.nbytes == other.nbytes)
 
     @property
     def nbytes(self) -> int:
-        return self.flat.nbytes
+        return self.size * self.dtype.itemsize
+
+    def same_memory(self, other: "Buffer") -> bool:
+        if self.array is other.array:
+            return True
+        if self.device != other.device:
+            return False
+        if self.device:
+            return self.ptr == other.ptr and self.nbytes == other.nbytes
+        return (np.may_share_memory(self.flat, other.flat) and self.address == other.address
+                and self.nbytes == other.nbytes)
 
 
 def as_buffer(obj: Any, name: str, *, writable: bool = False) -> Buffer:
-    """Validate an array argument: a C-contiguous NumPy array of a supported dtype."""
+    """Validate an array argument: a C-contiguous NumPy array of a supported dtype, or a
+    device array (CuPy, Numba, __cuda_array_interface__, DLPack on CUDA)."""
     if not isinstance(obj, np.ndarray):
-        kind = type(obj).__name__
-        hint = ""
-        if hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__"):
-            hint = " (device arrays are not supported by this build yet)"
-        raise ArgumentTypeError(f"{name}: expected a numpy.ndarray, got {kind}{hint}")
+        if not isinstance(obj, (list, tuple, str, bytes, int, float)) and obj is not None:
+            from . import device   # CUDA support is imported only when it is needed
+            if device.is_device_array(obj):
+                return device.as_device_buffer(obj, name, writable=writable)
+        raise ArgumentTypeError(f"{name}: expected a numpy.ndarray or a device array (CuPy, "
+                                f"__cuda_array_interface__), got {type(obj).__name__}")
     if obj.dtype not in _DTYPE_CODE:
         raise ArgumentTypeError(
             f"{name}: dtype {obj.dtype} is not supported; expected one of {', '.join(DTYPES)}")
@@ -137,13 +151,22 @@ def as_buffer(obj: Any, name: str, *, writable: bool = False) -> Buffer:
     return Buffer(obj, obj if obj.ndim == 1 else obj.ravel())
 
 
-def new_buffer(n: int, dt: np.dtype) -> Buffer:
-    arr = np.empty(n, dtype=dt)
+def new_buffer(n: int, like: Buffer) -> Buffer:
+    """recvbuf=None: a new 1-D array of ``like``'s dtype, on ``like``'s device."""
+    if like.device:
+        from . import device
+        return device.new_device_buffer(like, n)
+    arr = np.empty(n, dtype=like.dtype)
     return Buffer(arr, arr)
 
 
-def check_recvbuf(recvbuf: Any, expected: int, dt: np.dtype, what: str) -> Buffer:
+def check_recvbuf(recvbuf: Any, expected: int, dt: np.dtype, what: str,
+                  device: bool = False) -> Buffer:
     rb = as_buffer(recvbuf, "recvbuf", writable=True)
+    if rb.device != device:
+        where = ("a device array", "on the host") if device else ("on the host", "a device array")
+        raise ArgumentTypeError(f"recvbuf: sendbuf is {where[0]} but recvbuf is {where[1]}; "
+                                "both must be on the same device")
     if rb.dtype != dt:
         raise ArgumentTypeError(
             f"recvbuf: dtype {dtype_name(rb.dtype)} differs from sendbuf's {dtype_name(dt)}")
@@ -153,4 +176,8 @@ def check_recvbuf(recvbuf: Any, expected: int, dt: np.dtype, what: str) -> Buffe
 
 
 def overlap(a: Buffer, b: Buffer) -> bool:
-    return a.size > 0 and b.size > 0 and np.may_share_memory(a.flat, b.flat)
+    if a.size == 0 or b.size == 0 or a.device != b.device:
+        return False
+    if a.device:
+        return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
+    return np.may_share_memory(a.flat, b.flat)

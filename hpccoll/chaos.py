@@ -1,6 +1,6 @@
 """Deadlock workloads: collectives issued in rank-divergent orders, every result checked.
 
-    mpiexec -n 4 python -m hpccoll.chaos SCENARIO [--policy P|all] [--iters N] [--bytes B] ...
+    mpiexec -n 4 python -m hpccoll.chaos SCENARIO [--policy P|all] [--iters N] [--bytes B] [--out F.h5] ...
 
 Scenarios (each a class with the same shape: make communicators, issue one iteration):
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -332,6 +333,15 @@ def run_scenario(name: str, policies, args, mpi_world) -> bool:
                 print(f"    {res.detail[:400]}")
         print("OK: every policy behaved as expected" if ok else "FAILED: unexpected outcome")
         sys.stdout.flush()
+    if getattr(args, "out", None):
+        from .results import write_chaos
+        write_chaos(args.out, mpi_world, name, args, ok, [
+            dict(policy=r.policy, outcome=r.outcome, iters=r.iters, seconds=r.seconds,
+                 expected=expected_outcome(name, r.policy, mpi_world.size, args.expect),
+                 yields=r.yields, tries=r.tries, switches=r.switches, parks=r.parks,
+                 n_wrong=len(r.wrong),
+                 detail=r.wrong[0] if r.wrong else _diagnosis(r.detail)[:400])
+            for r in results])
     return ok
 
 
@@ -352,11 +362,19 @@ def parser() -> argparse.ArgumentParser:
                    help="outcome that makes the exit code 0 (auto: timeout for fifo on a "
                         "divergent scenario, complete otherwise)")
     p.add_argument("--verbose", action="store_true", help="print full watchdog reports")
+    p.add_argument("--out", metavar="FILE.h5",
+                   help="write every rank's outcome per policy to this HDF5 file "
+                        "(schema in hpccoll/results.py)")
     return p
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    args.command = shlex.join([sys.executable, "-m", "hpccoll.chaos",
+                               *(sys.argv[1:] if argv is None else argv)])
+    if args.out:
+        from .results import require_h5py
+        require_h5py()
     from mpi4py import MPI
     world = MPI.COMM_WORLD
     try:

@@ -31,17 +31,23 @@ def _root(root: Any, size: int) -> int:
     return int(root)
 
 
+def _block(b: Buffer, array, start: int, n: int) -> Buffer:
+    """Elements [start, start+n) of a buffer, as a Buffer of its own."""
+    return Buffer(array, b.flat[start:start + n], b.device,
+                  b.ptr + start * b.dtype.itemsize if b.device else 0, b.stream)
+
+
 def _output(sb: Buffer, recvbuf: Any, expected: int, what: str):
     """(recv Buffer, result, inplace) for the collectives whose output has ``expected`` elements."""
     if recvbuf is None:
-        rb = new_buffer(expected, sb.dtype)
+        rb = new_buffer(expected, sb)
         return rb, rb.array, False
     if recvbuf is sb.array:
         rb = as_buffer(recvbuf, "recvbuf", writable=True)
         if rb.size != expected:
             raise ArgumentError(f"recvbuf: expected {expected} elements ({what}), got {rb.size}")
         return rb, recvbuf, True
-    rb = check_recvbuf(recvbuf, expected, sb.dtype, what)
+    rb = check_recvbuf(recvbuf, expected, sb.dtype, what, sb.device)
     if rb.same_memory(sb):
         return rb, recvbuf, True
     if overlap(rb, sb):
@@ -81,13 +87,12 @@ def allgather(comm, sendbuf, recvbuf) -> Call:
                                 f"(size={size}), got {sb.size}")
         rb = as_buffer(recvbuf, "recvbuf", writable=True)
         m = sb.size // size
-        return Call("allgather", Buffer(sendbuf, rb.flat[rank * m:(rank + 1) * m]), rb, m, None,
-                    0, True, recvbuf)
+        return Call("allgather", _block(rb, sendbuf, rank * m, m), rb, m, None, 0, True, recvbuf)
     m = sb.size
     if recvbuf is None:
-        rb = new_buffer(size * m, sb.dtype)
+        rb = new_buffer(size * m, sb)
         return Call("allgather", sb, rb, m, None, 0, False, rb.array)
-    rb = check_recvbuf(recvbuf, size * m, sb.dtype, f"size*n = {size}*{m}")
+    rb = check_recvbuf(recvbuf, size * m, sb.dtype, f"size*n = {size}*{m}", sb.device)
     result = recvbuf
     if overlap(rb, sb):
         # NCCL's in-place form: sendbuf is block `rank` of recvbuf
@@ -109,12 +114,11 @@ def reduce_scatter(comm, sendbuf, recvbuf, op) -> Call:
     if recvbuf is not None and recvbuf is sendbuf:
         # in place, the same array: this rank's block of it receives the result
         rb = as_buffer(recvbuf, "recvbuf", writable=True)
-        return Call("reduce_scatter", sb, Buffer(recvbuf, rb.flat[rank * m:(rank + 1) * m]), m, op,
-                    0, True, recvbuf)
+        return Call("reduce_scatter", sb, _block(rb, recvbuf, rank * m, m), m, op, 0, True, recvbuf)
     if recvbuf is None:
-        rb = new_buffer(m, sb.dtype)
+        rb = new_buffer(m, sb)
         return Call("reduce_scatter", sb, rb, m, op, 0, False, rb.array)
-    rb = check_recvbuf(recvbuf, m, sb.dtype, f"sendbuf's size / {size}")
+    rb = check_recvbuf(recvbuf, m, sb.dtype, f"sendbuf's size / {size}", sb.device)
     if overlap(rb, sb):
         if rb.address == sb.address + rank * m * sb.dtype.itemsize:
             return Call("reduce_scatter", sb, rb, m, op, 0, True, recvbuf)
@@ -139,6 +143,14 @@ _EMPTY = np.empty(0, dtype=np.uint8)
 def barrier(comm) -> Call:
     b = Buffer(_EMPTY, _EMPTY)
     return Call("barrier", b, b, 0, None, 0, True, None)
+
+
+def check_blocks(blocks: Any, default: Optional[int]) -> Optional[int]:
+    if blocks is None:
+        return default
+    if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)) or blocks < 1:
+        raise ArgumentError(f"blocks: expected a positive integer or None, got {blocks!r}")
+    return int(blocks)
 
 
 def check_key(key: Any) -> Optional[str]:

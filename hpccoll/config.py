@@ -32,6 +32,10 @@ def _parse_optional_float(text: str) -> Optional[float]:
     return float(text)
 
 
+def _parse_optional_int(text: str) -> Optional[int]:
+    return None if text.strip().lower() in ("", "none") else int(text)
+
+
 def _parse_size(text: str) -> int:
     """Byte counts accept K/M/G suffixes (powers of 1024), like nccl-tests."""
     t = text.strip().upper().rstrip("B").rstrip("I")
@@ -119,6 +123,43 @@ SETTINGS: tuple[Setting, ...] = (
             minimum=0, parse=_parse_size),
     Setting("pipeline_depth", int, 2,
             "Chunks a pipelined algorithm keeps in flight.", minimum=1),
+    Setting("blocks", int, None,
+            "Reduction workers per collective when the call passes no blocks=: CUDA thread "
+            "blocks for device arrays (None: a size-based rule, at most max_blocks), CPU threads "
+            "of the Numba kernels for host arrays (None: NumPy ufuncs, one thread).",
+            minimum=1, allow_none=True, parse=_parse_optional_int),
+    Setting("threads_per_block", int, 256,
+            "CUDA threads per block of the reduction and copy kernels.", minimum=1),
+    Setting("max_blocks", int, None,
+            "Cap of the size-based block rule for device arrays (None: 2 x the GPU's "
+            "multiprocessors).", minimum=1, allow_none=True,
+            parse=_parse_optional_int),
+    Setting("cuda_aware", str, "auto",
+            "Hand device memory to MPI directly ('yes'), stage it through pinned host buffers "
+            "('no'), or ask the MPI library (MPIX_Query_cuda_support) ('auto').",
+            choices=("auto", "yes", "no")),
+    Setting("mpi_coll_bytes", int, 2048,
+            "Order-matched collectives (no key) up to this size on host arrays, with an MPI "
+            "dtype and op, run as the MPI library's own nonblocking collective (lowest "
+            "latency); 0 disables.", minimum=0, parse=_parse_size),
+    Setting("shm", bool, True,
+            "Let ranks of a communicator that share a node exchange through node-shared memory "
+            "(MPI.Win.Allocate_shared) for allreduce, reduce_scatter and allgather."),
+    Setting("shm_slot_bytes", int, 4 << 20,
+            "Size of each staging slot in a rank's shared segment; a message moves one slot per "
+            "step (every step is a point where the collective can be suspended).",
+            minimum=4096, parse=_parse_size),
+    Setting("shm_slots", int, 2,
+            "Staging slots per rank and communicator (memory: shm_slots x shm_slot_bytes per "
+            "rank per communicator, allocated when the communicator is made).", minimum=1),
+    Setting("shm_min_bytes", int, 64 << 10,
+            "Messages from this size on use shared memory (registered buffers always do); "
+            "smaller ones use MPI point-to-point.", minimum=0, parse=_parse_size),
+    Setting("node_size", int, None,
+            "Pretend every node_size consecutive world ranks form a node (tests of the "
+            "hierarchical algorithms on one machine); None: nodes as MPI reports them.",
+            minimum=1, allow_none=True,
+            parse=_parse_optional_int),
     Setting("check_mismatch", bool, True,
             "Send a fingerprint (collective, dtype, count, root, op) with the first message of every "
             "collective so that ranks that disagree raise CollectiveMismatch instead of hanging."),

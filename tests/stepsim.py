@@ -14,7 +14,8 @@ from collections import defaultdict, deque
 
 import numpy as np
 
-from hpccoll.algorithms.primitives import Copy, Post, Reduce, Scale, Wait
+from hpccoll.algorithms.primitives import (PRECV, PSEND, RECV, SEND, SLOT, Copy, Post, Reduce,
+                                           ReduceN, Scale, Signal, Wait, WaitFlags)
 from hpccoll.buffers import reduce_into, scale_into
 
 
@@ -29,17 +30,27 @@ class _Op:
         self.rank, self.region, self.done, self.snapshot = rank, region, False, None
 
 
-def run(programs, bufs, op="sum", seed=0, max_events=10_000_000):
-    """programs[r]: Program; bufs[r]: [send, recv, scratch] flat arrays (modified in place)."""
+def run(programs, bufs, op="sum", seed=0, max_events=10_000_000, slots=None, base=0):
+    """programs[r]: Program; bufs[r]: [send, recv, scratch] flat arrays (modified in place).
+    Shared-memory programs: ``slots[r]`` is rank r's list of staging slots (arrays), and
+    ``base`` the epoch the collective starts after (flags start there)."""
     rng = random.Random(seed)
     n = len(programs)
     pc = [0] * n
     inflight = [dict() for _ in range(n)]
     sendq, recvq = defaultdict(deque), defaultdict(deque)
     matched = []
+    flags = [[base, base, base] for _ in range(n)]
 
     def arr(r, reg):
-        return bufs[r][reg.buf][reg.off:reg.off + reg.n]
+        b = reg.buf
+        if isinstance(b, tuple):
+            if b[0] == SLOT:
+                slot = slots[b[1]][(base + b[2]) % len(slots[b[1]])]
+                return slot[reg.off:reg.off + reg.n]
+            q = b[1]
+            return bufs[q][SEND if b[0] == PSEND else RECV][reg.off:reg.off + reg.n]
+        return bufs[r][b][reg.off:reg.off + reg.n]
 
     def post(r, p):
         ops = []
@@ -70,6 +81,23 @@ def run(programs, bufs, op="sum", seed=0, max_events=10_000_000):
                 if not all(o.done for o in inflight[r][p.h]):
                     return moved
                 del inflight[r][p.h]
+            elif isinstance(p, WaitFlags):
+                if not all(flags[q][p.flag] >= base + p.epoch for q in p.peers):
+                    return moved
+            elif isinstance(p, Signal):
+                assert flags[r][p.flag] < base + p.epoch, "flags only grow"
+                flags[r][p.flag] = base + p.epoch
+            elif isinstance(p, ReduceN):
+                dst = arr(r, p.dst)
+                srcs = [arr(r, s) for s in p.srcs]
+                for s in srcs[2:]:
+                    assert not np.shares_memory(dst, s), "ReduceN: dst may alias srcs[0] only"
+                if len(srcs) == 1:
+                    np.copyto(dst, srcs[0])
+                else:
+                    reduce_into(op, dst, srcs[0], srcs[1])
+                for s in srcs[2:]:
+                    reduce_into(op, dst, dst, s)
             elif isinstance(p, Post):
                 post(r, p)
             elif isinstance(p, Reduce):

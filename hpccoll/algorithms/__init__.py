@@ -14,28 +14,64 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, NamedTuple
 
-from . import doubling, pairwise, ring, tree
-from .primitives import Wait, scratch_extent
+from . import doubling, mpicoll, pairwise, ring, shm, tree
+from .primitives import Coll, Signal, Wait, WaitFlags, scratch_extent
 from .spec import COLLECTIVES, Spec
 
 
-def _small(nbytes: int, small_msg_bytes: int) -> bool:
-    return nbytes <= small_msg_bytes
+class Choice(NamedTuple):
+    """What the table's predicates look at."""
+    nbytes: int
+    small_msg_bytes: int = 64 << 10
+    shm: str = ""              # "flat": every rank on one node shares memory; "hier": nodes
+    shm_min_bytes: int = 64 << 10
+    registered: bool = False   # send and receive buffers are registered (ctx.empty)
+    mpi_coll_bytes: int = 0    # tiny messages may use MPI's own nonblocking collectives,
+    native: bool = False       # when the dtype and op are MPI's and the collective unkeyed
 
 
-def _always(nbytes: int, small_msg_bytes: int) -> bool:
+def _small(c: Choice) -> bool:
+    return c.nbytes <= c.small_msg_bytes
+
+
+def _always(c: Choice) -> bool:
     return True
 
 
+def _shm(c: Choice) -> bool:
+    """Shared memory wins once a message is large enough to pay for its three flag rounds;
+    registered buffers always take it (the data never needs to move otherwise)."""
+    return c.shm == "flat" and (c.registered or c.nbytes >= c.shm_min_bytes)
+
+
+def _tiny(c: Choice) -> bool:
+    return c.native and c.nbytes <= c.mpi_coll_bytes
+
+
+def _hier(c: Choice) -> bool:
+    return c.shm == "hier" and c.nbytes >= c.shm_min_bytes
+
+
+# Ordered by preference: MPI's own nonblocking collectives for tiny messages, shared memory
+# where it applies, latency-optimal algorithms for small messages, then the
+# bandwidth-optimal pipelined ones (which always apply).
 TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
-    "allreduce": [("doubling", _small, doubling.allreduce), ("ring", _always, ring.allreduce)],
+    "allreduce": [("mpi", _tiny, mpicoll.allreduce), ("shm", _shm, shm.allreduce),
+                  ("hier", _hier, shm.allreduce_hier), ("doubling", _small, doubling.allreduce),
+                  ("ring", _always, ring.allreduce)],
     "reduce": [("binomial", _small, tree.reduce), ("ring", _always, ring.reduce)],
-    "broadcast": [("binomial", _small, tree.broadcast), ("chain", _always, tree.broadcast_chain)],
-    "allgather": [("bruck", _small, doubling.allgather), ("ring", _always, ring.allgather)],
-    "reduce_scatter": [("ring", _always, ring.reduce_scatter)],
+    "broadcast": [("mpi", _tiny, mpicoll.broadcast), ("binomial", _small, tree.broadcast),
+                  ("chain", _always, tree.broadcast_chain)],
+    "allgather": [("shm", _shm, shm.allgather), ("bruck", _small, doubling.allgather),
+                  ("ring", _always, ring.allgather)],
+    "reduce_scatter": [("shm", _shm, shm.reduce_scatter), ("ring", _always, ring.reduce_scatter)],
     "alltoall": [("pairwise", _always, pairwise.alltoall)],
-    "barrier": [("dissemination", _always, doubling.barrier)],
+    "barrier": [("mpi", _tiny, mpicoll.barrier), ("dissemination", _always, doubling.barrier)],
 }
+# every algorithm's number, for the mismatch fingerprint (ranks must agree on the algorithm)
+ALGO_CODES = {name: i + 1 for i, name in enumerate(sorted(
+    {name for rows in TABLE.values() for name, _, _ in rows} | {"direct"}))}
+SHM_ALGOS = frozenset({"shm", "hier"})
 _BY_NAME = {(coll, name): fn for coll, rows in TABLE.items() for name, _, fn in rows}
 _BY_NAME[("allgather", "direct")] = doubling.allgather_direct   # used by the fingerprint check
 
@@ -44,7 +80,9 @@ class Program(NamedTuple):
     algo: str
     steps: tuple
     scratch: int   # elements
-    waits: int     # number of Wait steps (suspension points)
+    waits: int     # number of Wait/WaitFlags steps (suspension points)
+    epochs: int    # shared-memory epochs the program uses (its flags run base+1 .. base+epochs)
+    mpi_colls: bool  # starts MPI nonblocking collectives
 
 
 def message_bytes(coll: str, count: int, size: int, itemsize: int) -> int:
@@ -54,9 +92,13 @@ def message_bytes(coll: str, count: int, size: int, itemsize: int) -> int:
     return count * itemsize
 
 
-def select(coll: str, nbytes: int, small_msg_bytes: int) -> str:
+def select(coll: str, choice) -> str:
+    """The first candidate of ``coll`` whose predicate holds; ``choice`` is a Choice (or a
+    message size in bytes, for the MPI-only algorithms)."""
+    if not isinstance(choice, Choice):
+        choice = Choice(int(choice))
     for name, pred, _ in TABLE[coll]:
-        if pred(nbytes, small_msg_bytes):
+        if pred(choice):
             return name
     raise AssertionError(f"no algorithm for {coll}")  # the last row of each list always matches
 
@@ -64,7 +106,11 @@ def select(coll: str, nbytes: int, small_msg_bytes: int) -> str:
 @lru_cache(maxsize=512)
 def build(spec: Spec, algo: str) -> Program:
     steps = tuple(_BY_NAME[(spec.coll, algo)](spec))
-    return Program(algo, steps, scratch_extent(steps), sum(isinstance(p, Wait) for p in steps))
+    epochs = max((p.epoch for p in steps if isinstance(p, Signal)), default=0)
+    return Program(algo, steps, scratch_extent(steps),
+                   sum(isinstance(p, (Wait, WaitFlags)) for p in steps), epochs,
+                   any(isinstance(p, Coll) for p in steps))
 
 
-__all__ = ["COLLECTIVES", "Program", "Spec", "TABLE", "build", "message_bytes", "select"]
+__all__ = ["ALGO_CODES", "COLLECTIVES", "Choice", "Program", "SHM_ALGOS", "Spec", "TABLE",
+           "build", "message_bytes", "select"]

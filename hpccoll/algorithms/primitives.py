@@ -12,6 +12,19 @@ touches no data.  The engine carries each primitive out:
 Regions name one of three buffers: ``SEND`` (the input, never written), ``RECV``
 (the output) and ``SCRATCH`` (engine-provided; its size is the largest extent any
 region of the program reaches).
+
+Shared-memory step machines (algorithms/shm.py) add three primitives and regions in
+other ranks' memory:
+
+- ``Signal(flag, e)``: publish "my counter ``flag`` reached epoch e" (memory barrier first);
+- ``WaitFlags(flag, e, peers)``: resume once every peer's counter ``flag`` >= e (a
+  suspension point, like Wait);
+- ``ReduceN(dst, srcs)``: dst = srcs[0] (op) srcs[1] (op) ...; dst may alias srcs[0] only;
+- regions ``(SLOT, q, e)``: rank q's staging slot for epoch e; ``(PSEND, q)`` /
+  ``(PRECV, q)``: rank q's registered send/receive buffer.
+
+Epochs are relative to the collective; the engine adds the communicator's running
+epoch, so programs stay cacheable and data-independent.
 """
 from __future__ import annotations
 
@@ -38,6 +51,18 @@ class Wait(NamedTuple):
     h: int
 
 
+class Coll(NamedTuple):
+    """Start one of the MPI library's nonblocking collectives (the tiny-message transport):
+    kind "allreduce" (send -> recv), "broadcast" (recv, from root) or "barrier"; handle h
+    is waited like a Post.  Every rank starts a communicator's MPI collectives in issue
+    order (the engine guarantees it), which is what MPI matching requires."""
+    h: int
+    kind: str
+    send: "Region"
+    recv: "Region"
+    root: int = 0
+
+
 class Reduce(NamedTuple):
     dst: Region
     a: Region
@@ -52,6 +77,28 @@ class Copy(NamedTuple):
 class Scale(NamedTuple):
     dst: Region
     divisor: int
+
+
+# shared-memory regions and flags (algorithms/shm.py)
+SLOT, PSEND, PRECV = "slot", "psend", "precv"
+READY, REDUCED, CONSUMED = 0, 1, 2
+FLAG_NAMES = ("ready", "reduced", "consumed")
+
+
+class Signal(NamedTuple):
+    flag: int
+    epoch: int
+
+
+class WaitFlags(NamedTuple):
+    flag: int
+    epoch: int
+    peers: tuple
+
+
+class ReduceN(NamedTuple):
+    dst: Region
+    srcs: tuple
 
 
 class Unit(NamedTuple):
@@ -135,7 +182,7 @@ def scratch_extent(program: Iterable) -> int:
 
     def see(reg: Region):
         nonlocal top
-        if reg.buf == SCRATCH:
+        if reg.buf is SCRATCH or reg.buf == SCRATCH:
             top = max(top, reg.off + reg.n)
 
     for p in program:

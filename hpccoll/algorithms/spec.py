@@ -17,3 +17,7 @@ class Spec(NamedTuple):
     root: int = 0
     avg: bool = False  # divide the sum by size (op "avg")
     inplace: bool = False
+    slots: int = 2            # shared-memory staging slots per rank (algorithms/shm.py)
+    registered: bool = False  # send and receive buffers are registered (ctx.empty)
+    local: tuple = ()         # communicator ranks on this rank's node, in local order
+    cross: tuple = ()         # communicator ranks with this rank's local index, node order

@@ -1,17 +1,22 @@
 """A collective in flight on one rank.
 
-A task runs one or two *lanes*.  A lane is a program (the step machine's
-primitives), its program counter and the transfers it has posted: all the
-context a suspended collective needs.  Resuming continues at ``pc`` with the
-same requests, so nothing is redone.
+A task runs one or two *lanes* (engine/lane.py): a program, its program counter
+and the transfers it has posted -- all the context a suspended collective needs.
 
 - the data lane carries the collective itself;
-- the check lane (``check_mismatch``) allgathers every member's fingerprint
-  (collective, dtype, count, root, op, sequence) on the next tag: one round of
-  direct messages up to 16 ranks, Bruck's algorithm beyond.  Its shape depends only on the number of ranks, so it completes even
-  when the data lanes of disagreeing ranks cannot; the task completes only when
-  both lanes did and all fingerprints agree.  So every member either gets a
-  correct result or raises the same CollectiveMismatch naming who differs.
+- the check (``check_mismatch``) compares every member's fingerprint (collective,
+  dtype, count, root, op, sequence, buffers, algorithm).  Its shape depends only on
+  the number of ranks, so it completes even when the data lanes of disagreeing ranks
+  cannot; the task completes only when both did and all fingerprints agree.  So every
+  member either gets a correct result or raises the same CollectiveMismatch naming
+  who differs.
+
+  Order-matched collectives (no key) check with one MPI nonblocking allreduce (MIN) of
+  (h, -h), h a hash of the fingerprint, started with the collective: cheap, and it
+  runs concurrently with the data.  Only when the hashes differ do the ranks exchange
+  their full fingerprints (direct messages on the collective's next tag) to say who
+  differs and how.  Keyed collectives may start in different orders on different
+  ranks, which MPI collectives forbid, so they always exchange full fingerprints.
 
 Tasks are only touched by whoever holds the engine (its thread, normally).
 """
@@ -23,125 +28,98 @@ import numpy as np
 from mpi4py import MPI
 
 from ..algorithms import build
-from ..algorithms.primitives import Copy, Post, Reduce, Scale, Wait
 from ..algorithms.spec import COLLECTIVES, Spec
-from ..buffers import DTYPES, OPS, dtype_name, reduce_into, scale_into
+from ..buffers import DTYPES, OPS, dtype_name
 from ..errors import CollectiveMismatch, HpcCollError
-from ..transport import mpi as transport
+from .lane import Lane
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 
-FP_FIELDS = ("collective", "dtype", "count", "root", "op", "sequence")
+FP_FIELDS = ("collective", "dtype", "count", "root", "op", "sequence", "buffers", "algorithm")
 TRUNCATE_GRACE = 2.0   # seconds a task that saw a truncated message waits for the check lane
 
 
-class Lane:
-    """One program being executed: pc, posted transfers, and what it waits on."""
-    __slots__ = ("program", "bufs", "_bytes", "itemsize", "op", "mpi", "tag", "pc", "inflight",
-                 "waiting", "waits_done", "bytes_moved")
+def fingerprint_lane(fp, comm, mpi_comm, tag):
+    """The direct (or Bruck) allgather of every member's full fingerprint."""
+    n, r = comm.size, comm.rank
+    chk = build(Spec("allgather", r, n, len(fp)), "direct" if n <= 16 else "bruck")
+    return Lane(chk, [fp, np.empty(n * len(fp), np.int64), np.empty(chk.scratch, np.int64)],
+                None, mpi_comm, tag)
 
-    def __init__(self, program, bufs, op, mpi_comm, tag):
-        self.program = program
-        self.bufs = bufs
-        self._bytes = [None, None, None]   # byte views, made on first use
-        self.itemsize = bufs[0].dtype.itemsize
-        self.op = op
-        self.mpi = mpi_comm
-        self.tag = tag
-        self.pc = 0
-        self.inflight = {}      # handle -> (requests, [(kind, peer, nbytes)])
-        self.waiting = None
-        self.waits_done = 0
-        self.bytes_moved = 0
 
-    @property
-    def done(self) -> bool:
-        return self.pc >= len(self.program.steps)
+def fingerprint_hash(fp) -> int:
+    h = 0x9E3779B97F4A7C15
+    for v in fp.tolist():
+        h = ((h ^ (v & 0xFFFFFFFFFFFFFFFF)) * 0x100000001B3) & ((1 << 62) - 1)
+    return h
 
-    def _view(self, reg):
-        b = self._bytes[reg.buf]
-        if b is None:
-            b = self._bytes[reg.buf] = self.bufs[reg.buf].view(np.uint8)
-        return b[reg.off * self.itemsize:(reg.off + reg.n) * self.itemsize]
 
-    def _arr(self, reg):
-        return self.bufs[reg.buf][reg.off:reg.off + reg.n]
+class HashCheck:
+    """The cheap check of order-matched collectives (see the module docstring).  Same
+    interface as a Lane for Task.poll: run(), done, pending_peers(), cancel(), rows."""
+    __slots__ = ("fp", "h", "pair", "req", "detail", "done", "_args")
+
+    def __init__(self, fp, comm, mpi_comm, tag):
+        self.fp = fp
+        self.h = fingerprint_hash(fp)
+        self.pair = np.array([self.h, -self.h], np.int64)
+        self.req = None
+        self.detail = None
+        self.done = False
+        self._args = (comm, mpi_comm, tag)
 
     def run(self) -> bool:
-        """Execute until a Wait whose transfers are still in flight, or the end.
-        True if anything moved."""
-        steps = self.program.steps
-        start = self.pc
-        if self.waiting is not None:
-            reqs, _ = self.inflight[self.waiting]
-            if not transport.test_all(reqs):
-                return False
-        while self.pc < len(steps):
-            p = steps[self.pc]
-            kind = type(p)
-            if kind is Wait:
-                reqs, descr = self.inflight[p.h]
-                if not transport.test_all(reqs):
-                    self.waiting = p.h
-                    return self.pc != start
-                del self.inflight[p.h]
-                self.waits_done += 1
-                self.bytes_moved += sum(d[2] for d in descr)
-            elif kind is Post:
-                reqs = transport.post(self.mpi, self.tag, p.sends, p.recvs, self._view)
-                descr = [("recv", peer, reg.n * self.itemsize) for peer, reg in p.recvs] + \
-                        [("send", peer, reg.n * self.itemsize) for peer, reg in p.sends]
-                self.inflight[p.h] = (reqs, descr)
-            elif kind is Reduce:
-                reduce_into(self.op, self._arr(p.dst), self._arr(p.a), self._arr(p.b))
-            elif kind is Copy:
-                np.copyto(self._arr(p.dst), self._arr(p.src))
-            elif kind is Scale:
-                scale_into(self._arr(p.dst), p.divisor)
-            self.pc += 1
-        self.waiting = None
-        return True
+        if self.detail is not None:
+            moved = self.detail.run()
+            self.done = self.detail.done
+            return moved
+        if self.req is None:        # started with the collective, in issue order
+            self.req = self._args[1].Iallreduce(MPI.IN_PLACE, self.pair, op=MPI.MIN)
+        if not self.req.Test():
+            return False
+        if self.pair[0] == self.h and -self.pair[1] == self.h:
+            self.done = True        # min and max of every member's hash are ours
+            return True
+        self.detail = fingerprint_lane(self.fp, *self._args)
+        return self.run()
+
+    @property
+    def rows(self):
+        return self.detail.bufs[1] if self.detail is not None else None
 
     def pending_peers(self):
-        """(peers it waits to receive from, peers its sends are still going to)."""
-        recv_from, send_to = set(), set()
-        if self.waiting is not None and self.waiting in self.inflight:
-            reqs, descr = self.inflight[self.waiting]
-            for still, (kind, peer, _) in zip(transport.pending(reqs), descr):
-                if still:
-                    (recv_from if kind == "recv" else send_to).add(peer)
-        return recv_from, send_to
+        if self.detail is not None:
+            return self.detail.pending_peers()
+        return ({-1} if self.req is not None and not self.done else set()), set()
 
     def cancel(self) -> None:
-        for reqs, descr in self.inflight.values():
-            transport.cancel(reqs, sum(1 for d in descr if d[0] == "recv"))
+        if self.detail is not None:
+            self.detail.cancel()
 
 
 class Task:
     __slots__ = (
         "work", "comm", "coll", "dtype", "count", "root", "op", "seq", "key", "key_instance",
-        "data", "check",
+        "data", "check", "prev",
         "fp", "state", "error", "result", "doomed", "retired", "gseq",
         # counters and times (reports, traces, policies)
         "t_issue", "t_start", "t_end", "last_progress", "polls", "tries", "yields",
         "yields_progress", "spins", "threshold", "consecutive", "made_progress", "yield_times",
     )
 
-    def __init__(self, work, comm, coll, dtype, count, root, op, seq, key, tag, mpi_comm,
-                 program, bufs, result, fp):
+    def __init__(self, work, comm, coll, dtype, count, root, op, seq, key, data, result, fp):
         self.work = work
         self.comm = comm
         self.coll, self.dtype, self.count, self.root, self.op = coll, dtype, count, root, op
         self.seq, self.key = seq, key
         self.key_instance = 0
-        self.data = Lane(program, bufs, op, mpi_comm, tag)
+        self.data = data             # the collective's lane (host or device)
         self.fp = fp                 # int64 fingerprint, or None when checks are off / 1 rank
         self.check = None
         if fp is not None:
-            n, r = comm.size, comm.rank
-            chk = build(Spec("allgather", r, n, len(fp)), "direct" if n <= 16 else "bruck")
-            self.check = Lane(chk, [fp, np.empty(n * len(fp), np.int64),
-                                    np.empty(chk.scratch, np.int64)], None, mpi_comm, tag + 1)
+            self.check = (HashCheck if key is None else fingerprint_lane)(fp, comm, data.mpi,
+                                                                          data.tag + 1)
+        self.prev = None             # the communicator's previous order-matched task
         self.result = result
         self.state = QUEUED
         self.error = None
@@ -174,10 +152,18 @@ class Task:
         return self.data.program
 
     # -- execution ------------------------------------------------------------------
+    def startable(self) -> bool:
+        """Order-matched collectives start MPI collectives (the check, tiny messages), which
+        every rank must start in the same order on a communicator: a task starts only after
+        its communicator's previous order-matched task started."""
+        prev = self.prev
+        return prev is None or prev.t_start is not None or prev.finished
+
     def start(self) -> None:
         """Take an execution slot: post the first transfers and run to the first wait."""
         self.state = RUNNING
         self.t_start = self.last_progress = time.monotonic()
+        self.prev = None
         self.poll()
 
     def poll(self) -> bool:
@@ -213,7 +199,11 @@ class Task:
 
     def _verify(self) -> None:
         """Every member's fingerprint is here: all equal, or raise naming who differs."""
-        rows = self.check.bufs[1].reshape(self.comm.size, len(self.fp))
+        rows = (self.check.rows if isinstance(self.check, HashCheck)
+                else self.check.bufs[1])
+        if rows is None:
+            return
+        rows = rows.reshape(self.comm.size, len(self.fp))
         if (rows == self.fp).all():
             return
         world = self.comm.world_ranks
@@ -240,7 +230,7 @@ class Task:
         if exc.Get_error_class() not in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS):
             self.fail(HpcCollError(f"MPI error in {self.describe()}: {exc}"))
             return
-        peers = sorted({self.comm.world_ranks[p] for _, d in self.data.inflight.values()
+        peers = sorted({self.comm.world_ranks[p] for _, d, _ in self.data.inflight.values()
                         for kind, p, _ in d if kind == "recv"})
         error = CollectiveMismatch(
             f"collective {self.ident} on communicator {self.comm.name!r}: a message from "
@@ -269,7 +259,8 @@ class Task:
         return {
             "rank": rank, "comm": self.comm.name, "ident": self.ident, "coll": self.coll,
             "dtype": dtype_name(self.dtype), "count": self.count, "bytes": self.count * itemsize,
-            "algo": self.data.program.algo, "state": self.state, "t_issue": self.t_issue,
+            "algo": self.data.program.algo, "ops": self.data.ops.name, "state": self.state,
+            "t_issue": self.t_issue,
             "t_start": self.t_start, "t_end": self.t_end, "tries": self.tries,
             "yields": self.yields, "yields_progress": self.yields_progress, "polls": self.polls,
             "gseq": self.gseq, "yield_times": list(self.yield_times or ()),
@@ -291,7 +282,9 @@ class Task:
             "count": self.count, "root": self.root, "op": self.op, "state": self.state,
             "algo": self.data.program.algo, "waits_done": self.data.waits_done,
             "waits": self.data.program.waits, "bytes_moved": self.data.bytes_moved,
-            "waiting_on": sorted(world[p] for p in recv_from),
+            # -1: an MPI collective, which waits for every other member
+            "waiting_on": sorted(w for i, w in enumerate(world) if i != self.comm.rank)
+            if -1 in recv_from else sorted(world[p] for p in recv_from),
             "sending_to": sorted(world[p] for p in send_to), "age": now - self.t_issue,
             "idle": now - self.last_progress, "yields": self.yields, "gseq": self.gseq,
         }
@@ -299,6 +292,12 @@ class Task:
 
 def _fp_text(field: str, value) -> str:
     value = int(value)
+    if field == "buffers":
+        return "ordinary arrays" if value == 0 else f"registered buffers (id {value:#x})"
+    if field == "algorithm":
+        from ..algorithms import ALGO_CODES
+        names = {v: k for k, v in ALGO_CODES.items()}
+        return names.get(value, str(value))
     names = {"collective": COLLECTIVES, "dtype": list(DTYPES), "op": ["none"] + list(OPS)}
     if field in names:
         table = names[field]

@@ -44,7 +44,12 @@ def find_cycle(snaps: dict) -> Optional[list]:
     for rank in snaps:
         for t in _running(snaps, rank):
             for peer in t["waiting_on"]:
-                edges.setdefault(rank, []).append((peer, t))
+                if peer != rank:
+                    edges.setdefault(rank, []).append((peer, t))
+    # follow, first, peers that do not run the collective themselves: they are the ones
+    # holding it up (an MPI collective waits on every member, most of whom are fine)
+    for rank, out in edges.items():
+        out.sort(key=lambda pt: _state_of(snaps, pt[0], pt[1]["ident"]).endswith("too"))
     for start in sorted(edges):
         path, seen = [], {}
         node = start

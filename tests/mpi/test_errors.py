@@ -111,11 +111,19 @@ def test_errors_are_hpccoll_errors_and_builtin_types():
     assert issubclass(CollectiveMismatch, hpccoll.HpcCollError)
 
 
-def test_duplicate_live_key(comm):
-    w = comm.allreduce(np.ones(2), key="grad")
-    with pytest.raises(ArgumentError, match="already pending"):
-        comm.allreduce(np.ones(2), key="grad")
-    w.wait(timeout=30)
+@pytest.mark.mpi(min_size=2)
+def test_duplicate_live_key(mpi_world):
+    """Each rank's own key stays pending until the others issue it, which they do only
+    after every rank tried the duplicate: the error cannot be raced away."""
+    with hpccoll.init(policy="preemptive", timeout=30) as ctx:
+        comm, r = ctx.world, ctx.rank
+        mine = comm.allreduce(np.ones(2), key=f"grad{r}")
+        with pytest.raises(ArgumentError, match="already pending"):
+            comm.allreduce(np.ones(2), key=f"grad{r}")
+        mpi_world.Barrier()
+        others = [comm.allreduce(np.ones(2), key=f"grad{q}") for q in range(ctx.size) if q != r]
+        for w in [mine] + others:
+            np.testing.assert_array_equal(w.wait(timeout=30), np.full(2, ctx.size))
 
 
 def test_wait_timeout_leaves_collective_pending(comm):

@@ -3,7 +3,7 @@ depths, run by the in-process step simulator and compared with NumPy (exact: int
 import numpy as np
 import pytest
 
-from hpccoll.algorithms import TABLE, build
+from hpccoll.algorithms import SHM_ALGOS, TABLE, build
 from hpccoll.algorithms.primitives import SCRATCH, SEND, RECV, Post, Wait, scratch_extent
 from hpccoll.algorithms.spec import Spec
 from tests import stepsim
@@ -15,7 +15,9 @@ SHAPES = [(1, 1), (3, 2), (64, 2), (4, 3)]   # (chunk elements, depth)
 
 
 def algos(coll):
-    return [name for name, _, _ in TABLE[coll]]
+    """The point-to-point algorithms (shared memory: test_shm_algorithms.py; "mpi" is the
+    MPI library's own collective, tested against MPI in tests/mpi)."""
+    return [name for name, _, _ in TABLE[coll] if name not in SHM_ALGOS and name != "mpi"]
 
 
 def fold(op, arrays):

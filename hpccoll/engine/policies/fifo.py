@@ -13,10 +13,11 @@ from collections import deque
 class FifoPolicy:
     name = "fifo"
 
-    def __init__(self, settings):
+    def __init__(self, settings, on_launch=None):
         self.max_active = settings.max_active
         self.queue: deque = deque()
         self.active: list = []
+        self.on_launch = on_launch    # the ordered policy logs launches
 
     def admit(self, task) -> None:
         self.queue.append(task)
@@ -41,6 +42,8 @@ class FifoPolicy:
         while len(self.active) < self.max_active and self.queue:
             task = self.queue.popleft()
             self.active.append(task)
+            if self.on_launch is not None:
+                self.on_launch(task)
             engine.launch(task)
             progressed = True
             if task.finished:

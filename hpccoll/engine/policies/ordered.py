@@ -13,6 +13,7 @@ from collections import deque
 
 from ...ordering import KIND_REST, KIND_TOKEN, KIND_WAKE, TokenRing
 from ..control import TAG_REST, TAG_TOKEN, TAG_WAKE
+from .fifo import FifoPolicy
 
 _KIND_TAG = {KIND_TOKEN: TAG_TOKEN, KIND_REST: TAG_REST, KIND_WAKE: TAG_WAKE}
 _TAG_KIND = {v: k for k, v in _KIND_TAG.items()}
@@ -24,13 +25,15 @@ class OrderedPolicy:
     park_seconds = 0.001      # a parked rank may be handed the token: look often
 
     def __init__(self, settings):
-        self.max_active = settings.max_active
         self.ring = None            # TokenRing, made on first use (needs the world rank)
         self.engine = None
         self.unordered: dict = {}   # cid -> task
-        self.ready: deque = deque()  # ordered, not launched, in gseq order
-        self.active: list = []      # launched
+        # ordered tasks run like fifo, in gseq order: its queue is our ready queue
+        self.run = FifoPolicy(settings, on_launch=self._launched)
         self.launch_log: deque = deque(maxlen=100_000)   # (gseq, cid) in launch order
+
+    def _launched(self, task) -> None:
+        self.launch_log.append((task.gseq, self.cid(task)))
 
     @staticmethod
     def cid(task):
@@ -40,7 +43,7 @@ class OrderedPolicy:
 
     def admit(self, task) -> None:
         if task.comm.size == 1:
-            self.ready.append(task)
+            self.run.admit(task)
             return
         ctl = self._ring_engine()
         cid = self.cid(task)
@@ -68,7 +71,7 @@ class OrderedPolicy:
             task = self.unordered.pop(cid, None)
             if task is not None:
                 task.gseq = gseq
-                self.ready.append(task)
+                self.run.admit(task)
 
     def on_control(self, src: int, tag: int, payload) -> None:
         self._ring_engine()
@@ -77,33 +80,15 @@ class OrderedPolicy:
         self._learn(learned)
 
     def live(self) -> list:
-        return self.active + list(self.ready) + list(self.unordered.values())
+        return self.run.live() + list(self.unordered.values())
 
     def remove(self, task) -> None:
-        if task in self.active:
-            self.active.remove(task)
-        elif task in self.ready:
-            self.ready.remove(task)
-        else:
-            self.unordered.pop(self.cid(task), None)
+        if self.unordered.pop(self.cid(task), None) is None:
+            self.run.remove(task)
 
     def step(self, engine) -> bool:
-        progressed = False
         if self.ring is not None and self.ring.unannounced:
             msgs, learned = self.ring.flush()
             self._send(msgs)
             self._learn(learned)
-        for task in tuple(self.active):
-            if task.poll():
-                progressed = True
-            if task.finished:
-                engine.retire(task)
-        while len(self.active) < self.max_active and self.ready:
-            task = self.ready.popleft()
-            self.active.append(task)
-            self.launch_log.append((task.gseq, self.cid(task)))
-            engine.launch(task)
-            progressed = True
-            if task.finished:
-                engine.retire(task)
-        return progressed
+        return self.run.step(engine)

@@ -44,7 +44,7 @@ class PreemptivePolicy:
         self.head_streak = 0          # consecutive tries the head got
         self.last = None              # last task given a slot (context switches)
         self.fruitless = 0            # yields in a row without any progress
-        self.hot = True               # a walk is under way: poll without sleeping
+        self.hot = False              # a walk after a yield is under way: poll without sleeping
 
     def admit(self, task) -> None:
         self.queue.append(task)
@@ -67,7 +67,7 @@ class PreemptivePolicy:
             if task.poll():
                 progressed = True
                 self.fruitless = 0
-                self.hot = True
+                self.hot = False
                 task.made_progress = True
                 if task.spins:
                     task.threshold = max(task.threshold, self.stickiness * task.spins)
@@ -120,7 +120,7 @@ class PreemptivePolicy:
         head = q[0]
         if head is not self.head:     # a new head starts a new streak
             self.head, self.head_streak, self.cursor = head, 0, 1
-        if head not in self.active and self.head_streak < self.head_tries:
+        if head not in self.active and self.head_streak < self.head_tries and head.startable():
             self.head_streak += 1
             head.consecutive = self.head_streak
             return head
@@ -129,13 +129,13 @@ class PreemptivePolicy:
             while self.cursor < n:
                 task = q[self.cursor]
                 self.cursor += 1
-                if task not in self.active:
+                if task not in self.active and task.startable():
                     task.consecutive = 1
                     return task
             # wrapped: the head gets its streak of tries again
             self.cursor = 1
             self.head_streak = 0
-            if head not in self.active:
+            if head not in self.active and head.startable():
                 self.head_streak = 1
                 head.consecutive = 1
                 return head

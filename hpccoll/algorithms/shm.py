@@ -1,0 +1,199 @@
+"""Shared-memory algorithms for ranks on one node: every rank reads its peers' data in
+place instead of receiving it.  Pure step machines, like the others.
+
+Each rank owns a segment of a node-shared window (transport/shm.py) with ``slots``
+staging slots and three monotonic counters: READY (my input for epoch e is in place),
+REDUCED (my part of epoch e is reduced), CONSUMED (I have finished reading everybody's
+epoch-e data).  A message is processed in chunks of one slot; every chunk is an epoch,
+and every flag wait is a point where the collective can be suspended and resumed.
+
+Registered buffers (ctx.empty): peers read the user's arrays directly, so the copy into
+the slot disappears; those collectives end by waiting until every peer CONSUMED the last
+epoch, so the user may reuse the buffers as soon as wait() returns.
+
+Reduction order: every part of the result is reduced by exactly one rank (its owner,
+sources in rank order starting with its own) and copied by the others, so all ranks hold
+the same bits.
+"""
+from __future__ import annotations
+
+from . import doubling
+from .primitives import (CONSUMED, PRECV, PSEND, READY, RECV, REDUCED, SCRATCH, SEND, SLOT, Copy,
+                         Post, Reduce, ReduceN, Region, Scale, Signal, Wait, WaitFlags,
+                         chunk_ranges, partition)
+from .spec import Spec
+
+
+def _others(spec: Spec) -> tuple:
+    return tuple(q for q in range(spec.size) if q != spec.rank)
+
+
+def _order(spec: Spec) -> list:
+    """Source order of a reduction: this rank first (dst may alias only srcs[0])."""
+    r = spec.rank
+    return [r] + [q for q in range(spec.size) if q != r]
+
+
+def _stage(spec: Spec, e: int, peers: tuple):
+    """Wait until the slot epoch e reuses is free (every peer consumed epoch e - slots)."""
+    yield WaitFlags(CONSUMED, e - spec.slots, peers)
+
+
+def allreduce(spec: Spec):
+    r, n, count = spec.rank, spec.size, spec.count
+    peers = _others(spec)
+    reg = spec.registered
+    last = 0
+    for c, (lo, length) in enumerate(chunk_ranges(count, spec.chunk)):
+        e = last = c + 1
+        parts = partition(length, n)
+        if reg:
+            def src(q, o, k):
+                return Region(SEND if q == r else (PSEND, q), lo + o, k)
+
+            def out(q, o, k):
+                return Region(RECV if q == r else (PRECV, q), lo + o, k)
+        else:
+            yield from _stage(spec, e, peers)
+            yield Copy(Region((SLOT, r, e), 0, length), Region(SEND, lo, length))
+
+            def src(q, o, k, e=e):
+                return Region((SLOT, q, e), o, k)
+            out = src
+        yield Signal(READY, e)
+        yield WaitFlags(READY, e, peers)
+        po, pl = parts[r]
+        if pl:
+            dst = out(r, po, pl)
+            yield ReduceN(dst, tuple(src(q, po, pl) for q in _order(spec)))
+            if spec.avg:
+                yield Scale(dst, n)
+        yield Signal(REDUCED, e)
+        yield WaitFlags(REDUCED, e, peers)
+        for q in range(n):
+            qo, ql = parts[q]
+            if ql and not (reg and q == r):
+                yield Copy(Region(RECV, lo + qo, ql), out(q, qo, ql))
+        yield Signal(CONSUMED, e)
+    if reg and last:
+        yield WaitFlags(CONSUMED, last, peers)   # nobody reads my buffers after wait()
+
+
+def reduce_scatter(spec: Spec):
+    """Input n blocks of m; rank r reduces block r reading every peer's block r in place."""
+    r, n, m = spec.rank, spec.size, spec.count
+    peers = _others(spec)
+    reg = spec.registered
+    per = spec.chunk if reg else max(1, spec.chunk // n)   # a slot holds n block-chunks
+    last = 0
+    for c, (lo, length) in enumerate(chunk_ranges(m, per)):
+        e = last = c + 1
+        if reg:
+            def src(q, lo=lo, length=length):
+                return Region(SEND if q == r else (PSEND, q), r * m + lo, length)
+        else:
+            yield from _stage(spec, e, peers)
+            for b in range(n):
+                yield Copy(Region((SLOT, r, e), b * length, length), Region(SEND, b * m + lo, length))
+
+            def src(q, e=e, length=length):
+                return Region((SLOT, q, e), r * length, length)
+        yield Signal(READY, e)
+        yield WaitFlags(READY, e, peers)
+        dst = Region(RECV, lo, length)
+        yield ReduceN(dst, tuple(src(q) for q in _order(spec)))
+        if spec.avg:
+            yield Scale(dst, n)
+        yield Signal(CONSUMED, e)
+    if reg and last:
+        yield WaitFlags(CONSUMED, last, peers)
+
+
+def allgather(spec: Spec):
+    """Every block is copied once: from its owner's slot (or registered buffer) to RECV."""
+    r, n, m = spec.rank, spec.size, spec.count
+    peers = _others(spec)
+    reg = spec.registered
+    last = 0
+    for c, (lo, length) in enumerate(chunk_ranges(m, spec.chunk)):
+        e = last = c + 1
+        if reg and spec.inplace:
+            # every rank's block q sits in its own receive buffer, at block q
+            def src(q, lo=lo, length=length):
+                return Region((PRECV, q), q * m + lo, length)
+        elif reg:
+            def src(q, lo=lo, length=length):
+                return Region(SEND if q == r else (PSEND, q), lo, length)
+        else:
+            yield from _stage(spec, e, peers)
+            yield Copy(Region((SLOT, r, e), 0, length), Region(SEND, lo, length))
+
+            def src(q, e=e, lo=lo, length=length):
+                return Region(SEND, lo, length) if q == r else Region((SLOT, q, e), 0, length)
+        yield Signal(READY, e)
+        yield WaitFlags(READY, e, peers)
+        for q in range(n):
+            if q == r and spec.inplace:
+                continue
+            yield Copy(Region(RECV, q * m + lo, length), src(q))
+        yield Signal(CONSUMED, e)
+    if reg and last:
+        yield WaitFlags(CONSUMED, last, peers)
+
+
+def _embed(steps, ranks: tuple, target: Region):
+    """A sub-collective's program run on ``target`` among ``ranks``: its RECV becomes the
+    target region, its peers (0..len(ranks)-1) become communicator ranks."""
+    def region(reg):
+        if reg.buf == RECV:
+            return Region(target.buf, target.off + reg.off, reg.n)
+        return reg
+
+    for p in steps:
+        kind = type(p)
+        if kind is Post:
+            yield Post(p.h, tuple((ranks[q], region(g)) for q, g in p.sends),
+                       tuple((ranks[q], region(g)) for q, g in p.recvs))
+        elif kind is Reduce:
+            yield Reduce(region(p.dst), region(p.a), region(p.b))
+        elif kind is Copy:
+            yield Copy(region(p.dst), region(p.src))
+        elif kind is Scale:
+            yield Scale(region(p.dst), p.divisor)
+        else:
+            yield p
+
+
+def allreduce_hier(spec: Spec):
+    """Ranks on several nodes: per chunk, the node's ranks reduce one part each through
+    shared memory, allreduce that part with the same part on the other nodes over MPI
+    (recursive doubling among the ranks with the same local index), and gather the parts
+    through shared memory again."""
+    me = spec.local.index(spec.rank)
+    nloc, nodes = len(spec.local), len(spec.cross)
+    node = spec.cross.index(spec.rank)
+    peers = tuple(q for q in range(nloc) if q != me)
+    order = [me] + list(peers)
+    for c, (lo, length) in enumerate(chunk_ranges(spec.count, spec.chunk)):
+        e = c + 1
+        parts = partition(length, nloc)
+        yield from _stage(spec, e, peers)
+        yield Copy(Region((SLOT, me, e), 0, length), Region(SEND, lo, length))
+        yield Signal(READY, e)
+        yield WaitFlags(READY, e, peers)
+        po, pl = parts[me]
+        if pl:
+            mine = Region((SLOT, me, e), po, pl)
+            yield ReduceN(mine, tuple(Region((SLOT, q, e), po, pl) for q in order))
+            if nodes > 1:
+                sub = Spec("allreduce", node, nodes, pl, inplace=True)
+                yield from _embed(doubling.allreduce(sub), spec.cross, mine)
+            if spec.avg:
+                yield Scale(mine, spec.size)
+        yield Signal(REDUCED, e)
+        yield WaitFlags(REDUCED, e, peers)
+        for q in range(nloc):
+            qo, ql = parts[q]
+            if ql:
+                yield Copy(Region(RECV, lo + qo, ql), Region((SLOT, q, e), qo, ql))
+        yield Signal(CONSUMED, e)

@@ -1,0 +1,221 @@
+"""hpccoll-bench: set up devices and hpccoll, print the nccl-tests table while the sweep
+measures it, log every row, and turn any rank's failure into an abort of the world
+(the flags are in args.py, the measuring in runner.py)."""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import traceback
+from typing import Optional
+
+import numpy as np
+
+from . import cases
+from .args import AVERAGES, UsageError, parse
+from .table import footer, header, line
+
+
+# -- devices --------------------------------------------------------------------------------
+def _setup_device(device: str, mpi):
+    """(array module, synchronize function, GPU model) for --device, or UsageError on every
+    rank if any rank lacks what it needs.  GPU results are never emulated on the host."""
+    if device == "cpu":
+        return np, (lambda: None), ""
+    problem, model, xp = None, "", None
+    try:
+        import cupy as xp
+        ndev = xp.cuda.runtime.getDeviceCount()
+        if ndev < 1:
+            raise RuntimeError("no CUDA device is visible")
+        from mpi4py import MPI
+        local = mpi.Split_type(MPI.COMM_TYPE_SHARED)
+        dev = local.Get_rank() % ndev
+        local.Free()
+        xp.cuda.Device(dev).use()
+        model = xp.cuda.runtime.getDeviceProperties(dev)["name"]
+        model = model.decode() if isinstance(model, bytes) else str(model)
+    except ImportError:
+        problem = "CuPy is not installed (pip install 'hpccoll[gpu]' on a machine with a CUDA GPU)"
+    except Exception as exc:   # CUDA runtime errors: no driver, no device
+        problem = f"no usable CUDA GPU ({exc})"
+    problems = mpi.allgather(problem)
+    bad = [(r, m) for r, m in enumerate(problems) if m]
+    if bad:
+        raise UsageError(f"argument --device gpu: rank {bad[0][0]}: {bad[0][1]}")
+    stream_sync = lambda: xp.cuda.get_current_stream().synchronize()
+    return xp, stream_sync, model
+
+
+# -- the run ----------------------------------------------------------------------------------
+def _banner(args, plan, mpi, gpu_model) -> list[str]:
+    from mpi4py import MPI
+    from .._version import __version__
+    step = f"{args.stepfactor}(factor)" if args.stepfactor > 1 else f"{args.stepbytes}(bytes)"
+    lib = MPI.Get_library_version().splitlines()[0].strip()
+    under = args.library + (f" (policy {plan.policy})" if args.library == "hpccoll" else "")
+    base = f", baseline: {args.compare}" if args.compare else ""
+    lines = [f"# hpccoll-bench {__version__}: {under}{base}; MPI: {lib}",
+             f"# Collective test starting: {args.coll}",
+             f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} "
+             f"warmup iters: {args.warmup_iters} iters: {args.iters} agg iters: 1 "
+             f"validation: {args.check} graph: 0",
+             f"# nRanks {mpi.Get_size()} device: {args.device} average: {args.average} "
+             f"({AVERAGES.split(', ')[args.average]})",
+             "#", "# Using devices"]
+    import socket
+    me = (socket.gethostname(), os.getpid(), gpu_model or "cpu")
+    for r, (host, pid, dev) in enumerate(mpi.gather(me, root=0) or []):
+        lines.append("#  Rank %2d Group %2d Pid %6d on %10s device %s" % (r, 0, pid, host, dev))
+    return lines
+
+
+def run(args, mpi) -> int:
+    from ..config import resolve
+    from .runner import Plan
+    size = mpi.Get_size()
+    if args.roots == "all":
+        args.roots = list(range(size))
+    elif args.roots and args.roots[0] >= size:
+        raise UsageError(f"argument -r/--root: expected a rank in [0, {size}), got {args.roots[0]}")
+    xp, sync, gpu_model = _setup_device(args.device, mpi)
+    ctx = None
+    if "hpccoll" in args.libraries:
+        import hpccoll
+        ctx = hpccoll.init(policy=args.policy, timeout=args.timeout, trace=args.trace,
+                           **args.overrides)
+    try:
+        settings = ctx.settings if ctx else resolve(dict(args.overrides, policy=args.policy))
+        plan = Plan(args.coll, cases.sizes(args.minbytes, args.maxbytes, args.stepbytes,
+                                           args.stepfactor),
+                    args.types, args.ops, args.roots or [-1], args.iters, args.warmup_iters,
+                    args.check, args.average, args.libraries, settings.policy)
+        writer = _open_writer(args, mpi, settings, plan, gpu_model)
+        try:
+            code = _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer)
+        except BaseException as exc:
+            if writer is not None:
+                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                path = writer.close(status, f"{type(exc).__name__}: {exc}")
+                print(f"# partial results ({status}) kept in {path}", file=sys.stderr, flush=True)
+            raise
+        if writer is not None:
+            path = writer.close("complete" if code == 0 else "wrong-results")
+            print(f"# Results written to {path} (run {writer.name})", flush=True)
+    except UsageError:
+        if ctx is not None:
+            ctx.close()          # every rank raised it alike: closing together is safe
+        raise
+    # Any other error skips close(): it is collective and would wait for ranks that may
+    # be stuck in a collective; main() aborts the world instead.
+    if ctx is not None:
+        ctx.close()
+    return code
+
+
+def _open_writer(args, mpi, settings, plan, gpu_model):
+    """Rank 0's RunWriter (None elsewhere or without --out).  Collective: every rank learns
+    whether rank 0 could open the file."""
+    if not args.out:
+        return None
+    from .. import h5log
+    attrs = h5log.environment_attrs(mpi, settings=settings, device=args.device, gpu_model=gpu_model)
+    writer, problem = None, None
+    if mpi.Get_rank() == 0:
+        attrs.update(tool="hpccoll-bench", collective=plan.coll, libraries=list(plan.libraries),
+                     library=args.library, baseline=args.compare or "", minbytes=args.minbytes,
+                     maxbytes=args.maxbytes, stepbytes=args.stepbytes, stepfactor=args.stepfactor,
+                     iters=plan.iters, warmup_iters=plan.warmup, check=plan.check,
+                     average=plan.average, types=plan.types, ops=[o or "none" for o in plan.ops],
+                     roots=plan.roots, traced=bool(args.trace))
+        try:
+            writer = h5log.RunWriter(args.out, plan.coll, attrs)
+        except (OSError, ValueError) as exc:
+            problem = f"argument --out: cannot write {args.out}: {exc}"
+    problem = mpi.bcast(problem, root=0)
+    if problem:
+        raise UsageError(problem)
+    return writer
+
+
+def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
+    """Print the table while measuring it, log every row; the exit status (same on all ranks)."""
+    from .runner import Progress, Sweep, trace_rows
+    rank = mpi.Get_rank()
+    out = sys.stdout
+    baseline = args.compare
+    say = (lambda text: (out.write(text + "\n"), out.flush())) if rank == 0 else (lambda text: None)
+    for text in _banner(args, plan, mpi, gpu_model) + header(baseline):
+        say(text)
+    progress = Progress(rank == 0 and (args.progress == "on" or
+                                       (args.progress == "auto" and out.isatty())))
+    sweep = Sweep(plan, mpi, ctx and ctx.world, ctx, xp, sync, progress)
+    table = writer.table(plan.coll) if writer else None
+    traces = writer.table(plan.coll, kind="traces") if writer and args.trace else None
+    busbw, base_busbw, ratios = [], [], []
+    wrong = {lib: 0 for lib in plan.libraries}
+    L = len(plan.libraries)
+    for ln in sweep.lines():
+        if rank != 0:
+            continue
+        progress.clear()
+        cols, extra = [], []
+        for k in range(2):
+            main_row = ln.rows[k * L]
+            cols.append((main_row["time_us"], main_row["algbw"], main_row["busbw"],
+                         main_row["wrong"] if plan.check else None))
+            busbw.append(main_row["busbw"])
+            for j, lib in enumerate(plan.libraries):
+                wrong[lib] += max(0, ln.rows[k * L + j]["wrong"])
+            if baseline:
+                b = ln.rows[k * L + 1]
+                ratio = b["time_us"] / main_row["time_us"]
+                extra.append((b["time_us"], b["busbw"], ratio))
+                base_busbw.append(b["busbw"])
+                ratios.append(ratio)
+        say(line(ln.shape.nbytes, ln.shape.count, ln.type_name, ln.op or "none", ln.root,
+                 cols, extra))
+        if table is not None:
+            first = len(table)
+            table.append(ln.rows)
+            if traces is not None:
+                for k in range(2):
+                    row = first + k * L + plan.libraries.index("hpccoll")
+                    traces.append(trace_rows(ln.traces[k], row, plan.warmup, plan.iters))
+    progress.clear()
+    main_lib = plan.libraries[0]
+    avg = float(np.mean(busbw)) if busbw else 0.0
+    geo = float(math.exp(np.mean(np.log(ratios)))) if ratios else 0.0
+    for text in footer(wrong[main_lib], avg, plan.coll, baseline,
+                       float(np.mean(base_busbw)) if base_busbw else 0.0, geo):
+        say(text)
+    if baseline and wrong[baseline]:
+        say(f"# Baseline {baseline} out of bounds values : {wrong[baseline]} FAILED")
+    failed = mpi.bcast(sum(wrong.values()) if rank == 0 else None, root=0)
+    return 1 if failed else 0
+
+
+def main(argv: Optional[list] = None) -> int:
+    from ..api import _mpi
+    MPI = _mpi()      # MPI_THREAD_MULTIPLE, as hpccoll needs; before parsing: errors print on rank 0
+    mpi = MPI.COMM_WORLD
+    rank = mpi.Get_rank()
+    args = parse(sys.argv[1:] if argv is None else argv, rank)
+    try:
+        return run(args, mpi)
+    except UsageError as exc:
+        if rank == 0:
+            print(f"hpccoll-bench: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except BaseException as exc:
+        # One rank's error must not leave the others waiting in a collective: abort the
+        # world, as mpi4py's runner does.  Ranks other than 0 wait a moment first, so
+        # that rank 0 (which usually fails alike) can move its result file into place.
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        sys.stderr.write(f"hpccoll-bench: rank {rank} failed:\n{text}")
+        sys.stderr.flush()
+        if rank != 0 and args.out:
+            time.sleep(2.0)
+        mpi.Abort(1)
+        return 1

@@ -1,0 +1,65 @@
+"""The nccl-tests result table, column for column, so that tools that read nccl-tests
+output read ours: the same widths, number formats, header and footer lines.  With a
+baseline (--compare) three columns per placement are appended at the end of each line
+(baseline time, baseline busbw, ratio), so the first 13 fields keep their meaning."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+PLACEMENTS = ("out-of-place", "in-place")
+
+
+def float_str(value: float, width: int) -> str:
+    """nccl-tests' getFloatStr: as many decimals as fit the width."""
+    power, v = 0, 1
+    while value >= v:
+        power += 1
+        v *= 10
+    if power < width - 2:
+        return f"{value:{width}.2f}"
+    if power < width - 1:
+        return f"{value:{width}.1f}"
+    if power < width + 1:
+        return f"{value:{width}.0f}"
+    return f"{value:{width}.1e}"
+
+
+def header(baseline: Optional[str] = None) -> list[str]:
+    pre = "# %10s  %12s  %8s  %6s  %6s"
+    cols = "  %7s  %6s  %6s  %6s" * 2
+    top = (pre % ("", "", "", "", "")) + "           out-of-place                       in-place          "
+    names = pre % ("size", "count", "type", "redop", "root") + cols % (
+        "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
+    units = pre % ("(B)", "(elements)", "", "", "") + cols % (
+        "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+    if baseline:
+        extra = "  %7s  %6s  %6s" * 2
+        top += f"  {baseline} out-of-place    {baseline} in-place"
+        names += extra % ("time", "busbw", "ratio", "time", "busbw", "ratio")
+        units += extra % ("(us)", "(GB/s)", "(x)", "(us)", "(GB/s)", "(x)")
+    return ["#", top.rstrip(), names, units]
+
+
+def line(size: int, count: int, type_name: str, redop: str, root: int,
+         cols: Sequence[tuple], extra: Sequence[tuple] = ()) -> str:
+    """cols: (time_us, algbw, busbw, wrong or None) per placement; extra: (time_us, busbw,
+    ratio) per placement for the baseline."""
+    out = "%12d  %12d  %8s  %6s  %6d" % (size, count, type_name, redop, root)
+    for time_us, algbw, busbw, wrong in cols:
+        out += "  %7s  %6s  %6s" % (float_str(time_us, 7), float_str(algbw, 6), float_str(busbw, 6))
+        out += "    N/A" if wrong is None else "  %6g" % wrong
+    for time_us, busbw, ratio in extra:
+        out += "  %7s  %6s  %6s" % (float_str(time_us, 7), float_str(busbw, 6), float_str(ratio, 6))
+    return out
+
+
+def footer(wrong_total: int, avg_busbw: float, name: str, baseline: Optional[str] = None,
+           baseline_busbw: float = 0.0, ratio: float = 0.0) -> list[str]:
+    lines = ["# %-20s : %d %s" % ("Out of bounds values", wrong_total, "FAILED" if wrong_total else "OK"),
+             "# %-20s : %g " % ("Avg bus bandwidth", avg_busbw)]
+    if baseline:
+        # worded so that a parser looking for "Avg bus bandwidth :" finds only ours
+        lines.append(f"# Baseline {baseline} average bus bandwidth : {baseline_busbw:g}")
+        lines.append(f"# Geometric mean of {baseline} time / time : {ratio:.3f}")
+    lines += ["#", f"# Collective test concluded: {name}"]
+    return lines

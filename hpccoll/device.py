@@ -1,0 +1,205 @@
+"""Device (CUDA) arrays through the collectives: validation, allocation, streams, and
+how their bytes reach MPI.  Imported only when a collective receives a device array.
+
+Accepted: CuPy arrays, Numba device arrays, any object with ``__cuda_array_interface__``
+(v2/v3), and DLPack producers whose ``__dlpack_device__`` is CUDA (through CuPy).  The
+engine works on Numba device-array views of the user's memory (no copy).
+
+Stream semantics: a collective first synchronizes the stream named in the array's
+``__cuda_array_interface__`` (work already queued on the array's stream is finished
+before hpccoll reads it); hpccoll's kernels and copies run on one stream per engine,
+which is synchronized before ``wait()`` returns, so the result is ready then.
+
+Transport: with a CUDA-aware MPI (``MPIX_Query_cuda_support``, or ``cuda_aware="yes"``)
+device memory goes to MPI directly; otherwise each chunk is staged through pinned host
+buffers (device -> host before a send, host -> device after a receive), and the
+pipeline keeps the next chunk's transfer in flight while a chunk is copied.
+
+Under ``NUMBA_ENABLE_CUDASIM=1`` (tests without a GPU) "device" memory is host memory:
+views are the simulator's arrays over it, and the direct path hands MPI host pointers.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+
+from .buffers import CONTRACT_DTYPES, Buffer, dtype_name
+from .pool import BufferPool
+from .errors import ArgumentError, ArgumentTypeError, HpcCollError
+
+DEVICE_DTYPES = tuple(np.dtype(d) for d in CONTRACT_DTYPES)
+
+
+def _cuda():
+    try:
+        from numba import cuda
+    except ImportError as exc:  # pragma: no cover - numba is a dependency
+        raise HpcCollError("device arrays need numba (pip install numba)") from exc
+    return cuda
+
+
+def simulated() -> bool:
+    from numba import config
+    return bool(config.ENABLE_CUDASIM)
+
+
+def is_device_array(obj: Any) -> bool:
+    if isinstance(obj, np.ndarray):
+        return False
+    if hasattr(obj, "__cuda_array_interface__"):
+        return True
+    if type(obj).__name__ == "FakeCUDAArray":
+        return True
+    dev = getattr(obj, "__dlpack_device__", None)
+    if dev is not None:
+        try:
+            return dev()[0] in (2, 13)     # kDLCUDA, kDLCUDAManaged
+        except Exception:
+            return False
+    return False
+
+
+def _interface(obj: Any, name: str) -> dict:
+    if type(obj).__name__ == "FakeCUDAArray":   # the simulator's own arrays
+        a = obj._ary
+        return {"shape": a.shape, "typestr": a.dtype.str, "strides": None if a.flags.c_contiguous
+                else a.strides, "data": (a.__array_interface__["data"][0], not a.flags.writeable),
+                "version": 3, "stream": None}
+    if not hasattr(obj, "__cuda_array_interface__"):     # DLPack producer on a CUDA device
+        try:
+            import cupy
+        except ImportError:
+            raise ArgumentTypeError(f"{name}: a DLPack CUDA array needs CuPy to be imported "
+                                    "(pip install cupy-cuda12x)") from None
+        obj = cupy.from_dlpack(obj)
+    return obj.__cuda_array_interface__
+
+
+def _contiguous(shape, strides, itemsize) -> bool:
+    if strides is None:
+        return True
+    expected = itemsize
+    for dim, stride in zip(reversed(shape), reversed(strides)):
+        if dim > 1 and stride != expected:
+            return False
+        expected *= dim
+    return True
+
+
+def _view(obj: Any, cai: dict, dtype: np.dtype, n: int):
+    """A 1-D Numba device-array view of the memory (no copy)."""
+    cuda = _cuda()
+    if type(obj).__name__ == "FakeCUDAArray":
+        return obj.ravel() if hasattr(obj, "ravel") else obj
+    if simulated():
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        ptr = cai["data"][0]
+        if n == 0:
+            return FakeCUDAArray(np.empty(0, dtype))
+        raw = (ctypes.c_byte * (n * dtype.itemsize)).from_address(ptr)
+        view = FakeCUDAArray(np.frombuffer(raw, dtype=dtype))
+        view._hpccoll_owner = obj    # the memory belongs to obj: keep it alive with the view
+        return view
+    if not hasattr(obj, "__cuda_array_interface__"):
+        import cupy
+        obj = cupy.from_dlpack(obj)
+    arr = cuda.as_cuda_array(obj)
+    return arr.reshape(n) if arr.ndim != 1 else arr
+
+
+def as_device_buffer(obj: Any, name: str, *, writable: bool = False) -> Buffer:
+    cai = _interface(obj, name)
+    try:
+        dtype = np.dtype(cai["typestr"])
+    except TypeError:
+        raise ArgumentTypeError(f"{name}: unknown typestr {cai['typestr']!r}") from None
+    if dtype not in DEVICE_DTYPES:
+        raise ArgumentTypeError(f"{name}: dtype {dtype_name(dtype)} is not supported on the device; "
+                                f"expected one of {', '.join(CONTRACT_DTYPES)}")
+    shape = tuple(cai["shape"])
+    if not _contiguous(shape, cai.get("strides"), dtype.itemsize):
+        raise ArgumentError(f"{name}: expected a C-contiguous device array")
+    ptr, readonly = cai["data"]
+    if writable and readonly:
+        raise ArgumentError(f"{name}: expected a writable device array, got a read-only one")
+    n = int(np.prod(shape)) if shape else 1
+    stream = cai.get("stream") if cai.get("version", 0) >= 3 else None
+    return Buffer(obj, _view(obj, cai, dtype, n), device=True, ptr=int(ptr or 0), stream=stream)
+
+
+def new_device_buffer(like: Buffer, n: int) -> Buffer:
+    """recvbuf=None: an array of the same kind as the input, on the same device."""
+    obj = like.array
+    mod = type(obj).__module__.split(".")[0]
+    if mod == "cupy":
+        import cupy
+        with cupy.cuda.Device(obj.device.id):
+            out = cupy.empty(n, dtype=like.dtype)
+        return as_device_buffer(out, "recvbuf", writable=True)
+    out = _cuda().device_array(n, dtype=like.dtype)
+    return as_device_buffer(out, "recvbuf", writable=True)
+
+
+def wait_for_stream(buf: Buffer) -> None:
+    """Finish work queued on the array's own stream before reading it (CAI v3)."""
+    handle = buf.stream
+    if handle in (None, 0) or simulated():
+        return
+    cuda = _cuda()
+    if handle in (1, 2):             # legacy / per-thread default stream
+        cuda.default_stream().synchronize()
+    else:
+        cuda.external_stream(handle).synchronize()
+
+
+# -- MPI ------------------------------------------------------------------------------------
+_AWARE = None
+
+
+def mpi_cuda_aware() -> bool:
+    """MPIX_Query_cuda_support() of the MPI library mpi4py is linked to (0 if unknown)."""
+    global _AWARE
+    if _AWARE is None:
+        from mpi4py import MPI
+        try:
+            fn = getattr(ctypes.CDLL(MPI.__file__), "MPIX_Query_cuda_support", None)
+            _AWARE = bool(fn()) if fn is not None else False
+        except OSError:
+            _AWARE = False
+    return _AWARE
+
+
+def mpi_view(dev) -> Any:
+    """What to hand MPI for a device region on the direct (CUDA-aware) path."""
+    if type(dev).__name__ == "FakeCUDAArray":
+        return dev._ary.view(np.uint8)
+    from mpi4py import MPI
+    return [dev, MPI.BYTE]
+
+
+def _pinned(nbytes: int):
+    return _cuda().pinned_array(nbytes, dtype=np.uint8)
+
+
+# pinned host buffers for the staged path, reused by size class
+STAGING = BufferPool(_pinned)
+_STREAM = []
+_STREAM_LOCK = threading.Lock()
+
+
+def engine_stream():
+    """hpccoll's stream: one per process, used by whichever thread drives the engine, so a
+    collective's kernels and copies stay ordered whichever thread launched them."""
+    if not _STREAM:
+        with _STREAM_LOCK:
+            if not _STREAM:
+                _STREAM.append(_cuda().stream())
+    return _STREAM[0]
+
+
+def empty(n: int, dtype) -> Any:
+    """Device scratch memory."""
+    return _cuda().device_array(max(0, n), dtype=dtype)

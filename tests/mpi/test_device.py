@@ -1,0 +1,124 @@
+"""Device arrays through the whole stack, without a GPU: objects exposing
+__cuda_array_interface__ over host memory (as mpi4py's tests do), reduced by
+numba_kernels' CUDA kernels in Numba's simulator, moved by MPI either staged through
+host buffers or directly (cuda_aware="yes"); results compared with MPI's own."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hpccoll
+from tests.devarrays import HostCAI, host
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.fixture(scope="module", params=["no", "yes"], ids=["staged", "direct"])
+def dctx(request):
+    c = hpccoll.init(timeout=120, threads_per_block=4, chunk_bytes=4096, small_msg_bytes=512,
+                     cuda_aware=request.param)
+    yield c
+    c.close()
+
+
+def ints(n, rank, dtype=np.int32, salt=0):
+    return ((np.arange(n) * 7 + rank * 3 + salt) % 11 - 5).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32", "float16", "int8"])
+@pytest.mark.parametrize("count", [0, 5, 3001])
+def test_allreduce_device(dctx, mpi_world, dtype, count):
+    w = dctx.world
+    x = ints(count, w.rank, dtype)
+    for op in ["sum", "max"]:
+        out = np.zeros(count, dtype)
+        got = w.allreduce(HostCAI(x), HostCAI(out), op=op).wait()
+        assert isinstance(got, HostCAI) and got.arr is out
+        allx = np.empty((w.size, count), dtype)
+        mpi_world.Allgather(x.view(np.uint8), allx.view(np.uint8))
+        want = (allx.astype(np.float32).sum(0) if op == "sum" else allx.max(0)).astype(dtype)
+        np.testing.assert_array_equal(out, want)
+
+
+def test_recvbuf_none_returns_a_device_array(dctx):
+    w = dctx.world
+    got = w.allreduce(HostCAI(np.ones(7, np.float32)), op="avg").wait()
+    assert not isinstance(got, np.ndarray) and hasattr(got, "copy_to_host")
+    np.testing.assert_array_equal(host(got), np.ones(7, np.float32))
+
+
+def test_every_collective_on_device(dctx, mpi_world):
+    w = dctx.world
+    n, r, m = w.size, w.rank, 13
+    x = ints(n * m, r, np.int64)
+    # reduce to the last rank
+    out = np.zeros(n * m, np.int64)
+    w.reduce(HostCAI(x), HostCAI(out), root=n - 1).wait()
+    want = np.empty_like(x)
+    mpi_world.Allreduce(x, want)
+    if r == n - 1:
+        np.testing.assert_array_equal(out, want)
+    # broadcast in place
+    b = ints(m, r, np.int64, salt=1)
+    ref = b.copy()
+    mpi_world.Bcast(ref, root=0)
+    w.broadcast(HostCAI(b), root=0).wait()
+    np.testing.assert_array_equal(b, ref)
+    # allgather
+    g = np.zeros(n * m, np.int64)
+    w.allgather(HostCAI(x[:m]), HostCAI(g)).wait()
+    gref = np.empty(n * m, np.int64)
+    mpi_world.Allgather(x[:m], gref)
+    np.testing.assert_array_equal(g, gref)
+    # reduce_scatter
+    rs = np.zeros(m, np.int64)
+    w.reduce_scatter(HostCAI(x), HostCAI(rs)).wait()
+    np.testing.assert_array_equal(rs, want[r * m:(r + 1) * m])
+    # alltoall, in place
+    a = x.copy()
+    aref = np.empty_like(x)
+    mpi_world.Alltoall(x, aref)
+    w.alltoall(HostCAI(a), HostCAI(a)).wait()
+    np.testing.assert_array_equal(a, aref)
+
+
+def test_blocks_per_call_and_in_place(dctx, mpi_world):
+    w = dctx.world
+    x = ints(2001, w.rank, np.float32)
+    want = np.empty_like(x)
+    mpi_world.Allreduce(x, want)
+    for blocks in (1, 3):
+        y = x.copy()
+        w.allreduce(HostCAI(y), HostCAI(y), blocks=blocks).wait()
+        np.testing.assert_array_equal(y, want)
+
+
+def test_device_input_errors(dctx):
+    w = dctx.world
+    with pytest.raises(hpccoll.ArgumentTypeError, match="recvbuf: sendbuf is a device array"):
+        w.allreduce(HostCAI(np.ones(3, np.float32)), np.ones(3, np.float32))
+    with pytest.raises(hpccoll.ArgumentTypeError, match="not supported on the device"):
+        w.allreduce(HostCAI(np.ones(3, np.complex64)))
+    ro = np.ones(3, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(hpccoll.ArgumentError, match="read-only"):
+        w.allreduce(HostCAI(np.ones(3, np.float32)), HostCAI(ro))
+    with pytest.raises(hpccoll.ArgumentError, match="C-contiguous"):
+        w.allreduce(HostCAI(np.ones((4, 4), np.float32)[:, 1]))
+    with pytest.raises(hpccoll.ArgumentError, match="blocks: expected a positive integer"):
+        w.allreduce(HostCAI(np.ones(3, np.float32)), blocks=0)
+    # nothing was queued: still in step
+    assert host(w.allreduce(HostCAI(np.ones(2, np.float32))).wait()).tolist() == [w.size] * 2
+
+
+def test_host_arrays_with_cpu_threads(mpi_world):
+    """blocks= on host arrays: Numba CPU kernels on that many threads."""
+    with hpccoll.init(timeout=60) as ctx:
+        x = ints(100_003, ctx.rank, np.float64)
+        want = np.empty_like(x)
+        mpi_world.Allreduce(x, want)
+        for blocks in (1, 2):
+            got = ctx.world.allreduce(x, blocks=blocks).wait()
+            np.testing.assert_array_equal(got, want)
+        from numba_kernels import cpu
+        with pytest.raises(hpccoll.ArgumentError, match="CPU threads"):
+            ctx.world.allreduce(x, blocks=cpu.max_threads() + 1)

@@ -1,0 +1,143 @@
+"""The node-shared-memory transport: the algorithms the table picks, results against
+MPI's own collectives, registered buffers (ctx.empty / ctx.zeros) in every in-place form,
+asymmetric use caught, and the hierarchical algorithm on fake nodes (node_size)."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hpccoll
+from hpccoll import ArgumentError, CollectiveMismatch
+
+pytestmark = pytest.mark.mpi
+
+N = 70_001     # > shm_min_bytes in float32, and not a multiple of anything
+
+
+@pytest.fixture(scope="module")
+def sctx():
+    c = hpccoll.init(trace=True, timeout=60, shm_slot_bytes=64 << 10)
+    yield c
+    c.close()
+
+
+def algos(ctx):
+    return {(r["coll"], r["algo"]) for r in ctx.trace(clear=True)}
+
+
+def ints(n, rank, salt=0, dtype=np.float32):
+    return ((np.arange(n) * 3 + rank * 5 + salt) % 17 - 8).astype(dtype)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_table_picks_shared_memory_and_results_match_mpi(sctx, mpi_world):
+    w = sctx.world
+    n, r = w.size, w.rank
+    x = ints(N, r)
+    want = np.empty_like(x)
+    mpi_world.Allreduce(x, want)
+    np.testing.assert_array_equal(w.allreduce(x).wait(), want)
+    y = ints(n * N, r, 1)
+    yw = np.empty_like(y)
+    mpi_world.Allreduce(y, yw)
+    np.testing.assert_array_equal(w.reduce_scatter(y).wait(), yw[r * N:(r + 1) * N])
+    g = np.empty(n * N, np.float32)
+    mpi_world.Allgather(x, g)
+    np.testing.assert_array_equal(w.allgather(x).wait(), g)
+    z = x.copy()
+    w.allreduce(z, z, op="max").wait()
+    mx = np.empty_like(x)
+    mpi_world.Allreduce(x, mx, op=MPI.MAX)
+    np.testing.assert_array_equal(z, mx)
+    assert algos(sctx) == {("allreduce", "shm"), ("reduce_scatter", "shm"), ("allgather", "shm")}
+
+
+@pytest.mark.mpi(min_size=2)
+def test_registered_buffers_every_form(sctx, mpi_world):
+    w = sctx.world
+    n, r = w.size, w.rank
+    src = ints(N, r, 2)
+    want = np.empty_like(src)
+    mpi_world.Allreduce(src, want)
+    a = sctx.empty(N, np.float32)
+    b = sctx.zeros(N, np.float32)
+    a[:] = src
+    assert w.allreduce(a, b).wait() is b
+    np.testing.assert_array_equal(b, want)
+    np.testing.assert_array_equal(a, src)                     # input untouched
+    w.allreduce(a, a).wait()                                  # in place
+    np.testing.assert_array_equal(a, want)
+    # reduce_scatter: the same array, and NCCL's view form
+    big = sctx.empty(n * 1000, np.float32)
+    full = ints(n * 1000, r, 3)
+    fw = np.empty_like(full)
+    mpi_world.Allreduce(full, fw)
+    big[:] = full
+    out = sctx.empty(1000, np.float32)
+    w.reduce_scatter(big, out).wait()
+    np.testing.assert_array_equal(out, fw[r * 1000:(r + 1) * 1000])
+    w.reduce_scatter(big, big[r * 1000:(r + 1) * 1000]).wait()
+    np.testing.assert_array_equal(big[r * 1000:(r + 1) * 1000], fw[r * 1000:(r + 1) * 1000])
+    # allgather: separate buffers, then in place (block r of the output is the input)
+    mine = sctx.empty(1000, np.float32)
+    mine[:] = ints(1000, r, 4)
+    gathered = np.empty(n * 1000, np.float32)
+    mpi_world.Allgather(mine.copy(), gathered)
+    outg = sctx.zeros(n * 1000, np.float32)
+    w.allgather(mine, outg).wait()
+    np.testing.assert_array_equal(outg, gathered)
+    ing = sctx.zeros(n * 1000, np.float32)
+    ing[r * 1000:(r + 1) * 1000] = mine
+    w.allgather(ing, ing).wait()
+    np.testing.assert_array_equal(ing, gathered)
+    assert {a for c, a in algos(sctx)} == {"shm"}
+
+
+@pytest.mark.mpi(min_size=2)
+def test_registered_used_asymmetrically_is_a_mismatch(mpi_world):
+    with hpccoll.init(timeout=30) as ctx:
+        a = ctx.empty(N, np.float32)
+        b = ctx.empty(N, np.float32)
+        a[:] = 1
+        b[:] = 1
+        comm = ctx.world.dup()
+        src = a if ctx.rank == 0 else b          # rank 0 uses another allocation
+        with pytest.raises(CollectiveMismatch) as info:
+            comm.allreduce(src, src).wait(timeout=30)
+        assert "buffers" in info.value.fields
+
+
+def test_registered_allocation_must_be_symmetric(mpi_world):
+    with hpccoll.init(timeout=30) as ctx:
+        if ctx.size > 1:
+            with pytest.raises(ArgumentError, match="symmetric"):
+                ctx.empty(10 + ctx.rank)
+        arr = ctx.zeros(5, np.int32)
+        assert isinstance(arr, np.ndarray) and arr.tolist() == [0] * 5
+
+
+@pytest.mark.mpi(min_size=4)
+def test_hierarchical_on_fake_nodes(mpi_world):
+    """node_size=2: ranks {0,1}, {2,3}, ... are 'nodes'; allreduce reduces in shared memory on
+    each node and across nodes over MPI."""
+    if mpi_world.size % 2:
+        pytest.skip("needs an even number of ranks to form 2-rank nodes")
+    with hpccoll.init(node_size=2, trace=True, timeout=60, shm_slot_bytes=64 << 10) as ctx:
+        x = ints(N, ctx.rank, 5)
+        want = np.empty_like(x)
+        mpi_world.Allreduce(x, want)
+        np.testing.assert_array_equal(ctx.world.allreduce(x).wait(), want)
+        got = ctx.world.allreduce(x, op="avg").wait()
+        np.testing.assert_allclose(got, want / ctx.size, rtol=1e-6)
+        assert {r["algo"] for r in ctx.trace()} == {"hier"}
+        # a communicator inside one fake node is flat shared memory again
+        pair = ctx.world.split(ctx.rank // 2)
+        np.testing.assert_array_equal(pair.allreduce(x).wait(),
+                                      x + ints(N, ctx.rank ^ 1, 5))
+        assert ("allreduce", "shm") in {(r["coll"], r["algo"]) for r in ctx.trace()}
+
+
+def test_shm_can_be_switched_off(mpi_world):
+    with hpccoll.init(shm=False, trace=True, timeout=60) as ctx:
+        x = ints(N, ctx.rank)
+        ctx.world.allreduce(x).wait()
+        assert {r["algo"] for r in ctx.trace()} == {"ring"} if ctx.size > 1 else True

@@ -1,0 +1,198 @@
+"""hpccoll-bench under real mpiexec: the table reads like nccl-tests output, every number in
+it agrees with the HDF5 log, busbw factors hold per collective, wrong results fail the
+exit status, bad arguments get one clear error, a failing rank aborts the job instead of
+hanging it, and a killed run never corrupts the result file."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpccoll import h5log
+from hpccoll.bench import cases
+from hpccoll.bench.table import float_str
+from tests import launch, nccltests
+
+FAULT = str(Path(__file__).parents[1] / "scripts" / "bench_fault.py")
+
+
+def bench(n, *args, timeout=120):
+    return launch.run(n, ["-m", "hpccoll.bench"] + [str(a) for a in args], timeout=timeout)
+
+
+def printed(value, width):
+    return float(float_str(value, width))
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+@pytest.fixture(scope="module")
+def compare_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "r.h5"
+    proc = bench(3, "allreduce", "-b", "1K", "-e", "256K", "-f", "4", "-n", "3", "-w", "1",
+                 "--compare", "mpi", "--out", out, "--trace")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout, out
+
+
+def test_table_parses_like_nccl_tests_and_matches_the_log(compare_run):
+    text, out = compare_run
+    t = nccltests.parse(text)
+    sizes = [1024 * 4 ** k for k in range(5)]
+    assert [r["size"] for r in t["rows"]] == sizes
+    assert [r["count"] for r in t["rows"]] == [s // 4 for s in sizes]
+    assert all(r["type"] == "float" and r["redop"] == "sum" and r["root"] == -1 for r in t["rows"])
+    assert t["oob"] == (0, "OK")
+    assert "# Collective test concluded: allreduce" in text
+    (run,) = h5log.read(out)
+    assert run.attrs["status"] == "complete" and run.attrs["nranks"] == 3
+    assert run.attrs["libraries"] == ["hpccoll", "mpi"]
+    rows = run.tables["allreduce"]
+    assert len(rows) == len(sizes) * 4                 # 2 placements x 2 libraries
+    busbw = []
+    for line, k in [(r, k) for r in t["rows"] for k in range(2)]:
+        place = ("oop", "ip")[k]
+        mine, base = rows[t["rows"].index(line) * 4 + 2 * k], rows[t["rows"].index(line) * 4 + 2 * k + 1]
+        assert (mine["library"], base["library"]) == ("hpccoll", "mpi")
+        assert mine["placement"] == ("out-of-place", "in-place")[k] and mine["size"] == line["size"]
+        # the printed numbers are the logged ones, rounded as nccl-tests rounds them
+        assert line[f"{place}_time"] == printed(mine["time_us"], 7)
+        assert line[f"{place}_base_time"] == printed(base["time_us"], 7)
+        assert line[f"{place}_ratio"] == printed(base["time_us"] / mine["time_us"], 6)
+        assert line[f"{place}_busbw"] == printed(mine["busbw"], 6)
+        assert line[f"{place}_wrong"] == mine["wrong"] == base["wrong"] == 0
+        # algbw = size / time; busbw = algbw * 2(n-1)/n, at full precision in the log
+        assert rel(mine["algbw"], mine["size"] / 1e3 / mine["time_us"]) < 1e-9
+        assert rel(mine["busbw"], mine["algbw"] * 4 / 3) < 1e-9
+        assert rel(mine["time_us"], sum(mine["times_us"]) / 3) < 1e-9
+        assert len(mine["rank_mean_us"]) == 3
+        busbw.append(mine["busbw"])
+    assert rel(t["avg_busbw"], sum(busbw) / len(busbw)) < 1e-4
+
+
+def test_traces_cover_every_hpccoll_collective(compare_run):
+    _, out = compare_run
+    (run,) = h5log.read(out)
+    tr = run.traces["allreduce"]
+    rows = run.tables["allreduce"]
+    # per rank and hpccoll row: 1 warmup + 3 timed + 1 checked collective
+    per = {}
+    for r in tr:
+        per.setdefault((r["rank"], r["row"]), []).append(r["phase"])
+        assert rows[r["row"]]["library"] == "hpccoll" and r["bytes"] == rows[r["row"]]["size"]
+        assert r["t_issue"] <= r["t_start"] <= r["t_end"]
+    assert len(per) == 3 * len(rows) // 2
+    assert all(p == ["warmup", "timed", "timed", "timed", "check"] for p in per.values())
+
+
+@pytest.mark.parametrize("coll", ["reduce", "broadcast", "allgather", "reducescatter", "alltoall"])
+def test_every_collective_sizes_and_busbw_factor(coll, tmp_path):
+    n = 3
+    out = tmp_path / "r.h5"
+    proc = bench(n, coll, "-b", "4K", "-e", "64K", "-f", "16", "-n", "2", "-w", "0",
+                 "-r", "2", "-d", "int32", "--out", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    t = nccltests.parse(proc.stdout)
+    per_rank = coll in cases.PER_RANK
+    assert [r["size"] for r in t["rows"]] == [(s // 4 // n) * n * 4 if per_rank else s for s in (4096, 65536)]
+    assert [r["count"] for r in t["rows"]] == [s // 4 // n if per_rank else s // 4 for s in (4096, 65536)]
+    assert all(r["root"] == (2 if coll in cases.ROOTED else -1) for r in t["rows"])
+    assert all(r["redop"] == ("sum" if coll in cases.REDUCING else "none") for r in t["rows"])
+    assert t["oob"] == (0, "OK")
+    factor = {"reduce": 1.0, "broadcast": 1.0}.get(coll, (n - 1) / n)
+    (run,) = h5log.read(out)
+    for row in run.tables[coll]:
+        assert rel(row["busbw"], row["algbw"] * factor) < 1e-9
+        assert row["wrong"] == 0 and row["dtype"] == "int32"
+    for line in t["rows"]:
+        for place in ("oop", "ip"):
+            if line[f"{place}_algbw"] >= 0.1:      # printed with 2 decimals
+                assert abs(line[f"{place}_busbw"] - line[f"{place}_algbw"] * factor) <= 0.011
+
+
+def test_a_wrong_result_fails_the_run(tmp_path):
+    out = tmp_path / "r.h5"
+    proc = launch.run(2, [FAULT, "corrupt", "1", "allreduce", "-b", "64", "-e", "4K", "-f", "8",
+                          "-n", "1", "-w", "0", "-c", "2", "--out", str(out)], timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    t = nccltests.parse(proc.stdout)
+    # one element off on rank 1 in each of the 2 checked iterations, per size and placement
+    assert all(r["oop_wrong"] == 2 and r["ip_wrong"] == 2 for r in t["rows"]), proc.stdout
+    assert t["oob"] == (4 * len(t["rows"]), "FAILED")
+    (run,) = h5log.read(out)
+    assert run.attrs["status"] == "wrong-results"
+    assert [r["wrong"] for r in run.tables["allreduce"]] == [2] * 2 * len(t["rows"])
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["allreduce", "-o", "avg", "-d", "int32"], "-o/--op: avg needs a floating"),
+    (["reduce", "-r", "5"], "-r/--root: expected a rank in [0, 2), got 5"),
+    (["gather"], "collective: expected one of allreduce"),
+    (["allreduce", "-b", "1X"], "-b/--minbytes: expected a byte count"),
+    (["allreduce", "--device", "gpu", "-b", "8", "-e", "8"], "--device gpu: rank 0:"),
+])
+def test_bad_arguments_get_one_clear_error(args, expect):
+    proc = bench(2, *args, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert expect in proc.stderr
+    assert proc.stderr.count("error:") == 1, proc.stderr     # printed by rank 0 only
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_failing_rank_aborts_the_job_and_keeps_what_was_measured(rank, tmp_path):
+    out = tmp_path / "r.h5"
+    t0 = time.monotonic()
+    proc = launch.run(2, [FAULT, "raise", str(rank), "allreduce", "-b", "8", "-e", "1M", "-f", "2",
+                          "-n", "1", "-w", "0", "--out", str(out)], timeout=90)
+    assert proc.returncode != 0
+    assert time.monotonic() - t0 < 60, "the other rank must not be left waiting"
+    assert f"rank {rank} failed" in proc.stderr and "injected fault" in proc.stderr
+    if rank == 0:
+        # rank 0 owns the file: the two sizes measured before the fault are kept
+        (run,) = h5log.read(out)
+        assert run.attrs["status"] == "failed" and "injected fault" in run.attrs["error"]
+        assert [r["size"] for r in run.tables["allreduce"][::2]] == [8, 16]
+    else:
+        assert not out.exists() or h5log.read(out)[0].attrs["status"] == "failed"
+
+
+def test_killed_benchmark_leaves_the_previous_file_complete(tmp_path):
+    out = tmp_path / "r.h5"
+    with h5log.RunWriter(out, "earlier") as run:
+        run.table("allreduce").append([{"size": 8, "time_us": 1.0}])
+    before = out.read_bytes()
+    env = dict(os.environ, MPIEXEC_TIMEOUT="120")
+    cmd = launch.mpiexec_args(2) + [sys.executable, "-m", "hpccoll.bench", "allreduce", "-b", "8",
+                                    "-e", "1G", "-i", "8", "-n", "1", "-w", "0", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=env, start_new_session=True)
+    try:
+        lines = 0
+        while lines < 3:                       # rows are being measured and logged
+            ln = proc.stdout.readline()
+            assert ln, "benchmark ended early"
+            lines += not ln.startswith("#")
+        (tmp,) = tmp_path.glob(".r.h5.tmp-*")
+        os.kill(int(tmp.name.rsplit("-", 1)[1]), signal.SIGKILL)   # the writer, rank 0
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert out.read_bytes() == before
+    (run,) = h5log.read(out)
+    assert run.label == "earlier" and run.attrs["status"] == "complete"
+
+
+def test_every_column_and_attribute_is_documented(compare_run):
+    _, out = compare_run
+    doc = (Path(__file__).parents[2] / "docs" / "results.md").read_text()
+    (run,) = h5log.read(out)
+    names = set(run.attrs) | set(run.tables["allreduce"][0]) | set(run.traces["allreduce"][0])
+    missing = sorted(n for n in names if f"`{n}`" not in doc)
+    assert not missing, f"docs/results.md does not describe {missing}"

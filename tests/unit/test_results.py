@@ -1,0 +1,103 @@
+"""HDF5 results of the deadlock workloads (hpccoll/results.py) and the Slurm helpers the
+templates use (hpccoll/slurm.py), under real mpiexec jobs."""
+import subprocess
+import sys
+
+import h5py
+import pytest
+
+from hpccoll import slurm
+from tests import launch
+
+
+def text(x):
+    return x.decode() if isinstance(x, bytes) else x
+
+
+def chaos(n, tmp_path, *extra, env=None):
+    out = tmp_path / "sub" / "chaos.h5"
+    proc = launch.run(n, ["-m", "hpccoll.chaos", "abba", "--policy", "all", "--iters", "2",
+                          "--timeout", "3", "--out", str(out), *extra], timeout=120, env=env)
+    return proc, out
+
+
+def test_chaos_out_table_and_attributes(tmp_path):
+    proc, out = chaos(2, tmp_path, env={"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "2"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with h5py.File(out) as f:
+        rows = f["outcomes"][:]
+        attrs = dict(f.attrs)
+    assert sorted((int(r["rank"]), text(r["policy"])) for r in rows) == sorted(
+        (rank, p) for rank in range(2) for p in ("preemptive", "ordered", "fifo"))
+    for r in rows:
+        want = "timeout" if text(r["policy"]) == "fifo" else "complete"
+        assert text(r["outcome"]) == text(r["expected"]) == want
+        assert r["n_wrong"] == 0
+        if want == "complete":
+            assert r["iters"] == 2
+        else:
+            assert "circular wait" in text(r["detail"])
+    assert attrs["schema"] == "hpccoll.chaos/1" and attrs["scenario"] == "abba"
+    assert bool(attrs["ok"]) and attrs["ranks"] == 2 and len(attrs["hosts"]) == 2
+    assert attrs["SLURM_JOB_ID"] == "4242" and attrs["SLURM_NTASKS"] == "2"
+    assert "MPI" in attrs["mpi_library"] and attrs["hpccoll_version"]
+    assert "hpccoll.chaos abba" in attrs["command"]
+    assert [p.name for p in out.parent.iterdir()] == ["chaos.h5"]     # no temporary left
+
+
+def test_chaos_out_when_the_check_fails(tmp_path):
+    """--expect timeout cannot be met by preemptive: exit 1, and the file says why."""
+    proc, out = chaos(2, tmp_path, "--expect", "timeout")
+    assert proc.returncode != 0
+    with h5py.File(out) as f:
+        assert not f.attrs["ok"]
+        got = {text(r["policy"]): text(r["outcome"]) for r in f["outcomes"][:]}
+    assert got == {"preemptive": "complete", "ordered": "complete", "fifo": "timeout"}
+
+
+def test_stamp_adds_slurm_variables_without_overwriting(tmp_path):
+    path = tmp_path / "r.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["SLURM_JOB_ID"] = "1"
+    env = {"SLURM_JOB_ID": "2", "SLURM_JOB_NODELIST": "n[1-2]", "HOME": "/root"}
+    assert slurm.stamp([str(path), str(tmp_path / "missing.h5")], env) == 1
+    with h5py.File(path) as f:
+        assert dict(f.attrs) == {"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n[1-2]"}
+
+
+def test_check_accepts_one_job_of_n_ranks():
+    proc = launch.run(2, ["-m", "hpccoll.slurm", "check", "--ranks", "2"], timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 ranks in one MPI job" in proc.stdout
+
+
+def test_check_names_the_launcher_when_ranks_are_singletons():
+    """What srun --mpi=none (or a plugin the MPI lacks) produces: rank 0 of 1, N times."""
+    proc = subprocess.run([sys.executable, "-m", "hpccoll.slurm", "check", "--ranks", "4"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "HPCCOLL_SRUN_MPI" in proc.stderr and "HPCCOLL_LAUNCHER=mpiexec" in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["check"], ["stamp"], []])
+def test_cli_usage_errors(argv):
+    proc = subprocess.run([sys.executable, "-m", "hpccoll.slurm", *argv],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_reading_example_in_docs_runs(tmp_path):
+    """docs/slurm.md shows how to read a chaos file: run it on a real one."""
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "slurm.md").read_text()
+    [snippet] = [s for s in re.findall(r"```python\n(.*?)```", doc, re.S) if "outcomes" in s]
+    proc, out = chaos(2, tmp_path, env={"SLURM_JOB_ID": "77"})
+    assert proc.returncode == 0, proc.stderr
+    run = subprocess.run([sys.executable, "-c", snippet.replace("results/1234-chaos-3d.h5",
+                                                                str(out))],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "77 2 ok" and len(lines) == 1 + 2 * 3
+    assert "1 fifo timeout 0" in lines

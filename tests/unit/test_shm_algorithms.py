@@ -1,0 +1,216 @@
+"""Shared-memory step machines (algorithms/shm.py) on the in-process step simulator:
+peers read each other's staging slots or registered buffers in place, guarded by READY /
+REDUCED / CONSUMED epochs.  Random interleavings expose any read of a slot before it is
+filled or after it is reused; results are compared with NumPy, exactly (integers)."""
+import numpy as np
+import pytest
+
+from hpccoll.algorithms import shm
+from hpccoll.algorithms.primitives import RECV, SEND, WaitFlags, scratch_extent
+from hpccoll.algorithms.spec import Spec
+from tests import stepsim
+
+SIZES = [2, 3, 4, 5]
+
+
+def programs(fn, coll, n, count, chunk, slots=2, registered=False, inplace=False, avg=False):
+    return [type("P", (), {"steps": tuple(fn(Spec(coll, r, n, count, chunk=chunk, slots=slots,
+                                                   registered=registered, inplace=inplace,
+                                                   avg=avg)))})() for r in range(n)]
+
+
+def slot_arrays(n, slots, chunk, dtype):
+    # garbage in the slots: a result that depends on stale slot data is wrong
+    return [[np.full(chunk, 77, dtype) for _ in range(slots)] for _ in range(n)]
+
+
+def data(n, length, seed, dtype=np.int64):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-5, 6, length).astype(dtype) for _ in range(n)]
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("registered", [False, True])
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_allreduce(n, registered, op):
+    for count, chunk, slots, base in [(0, 4, 2, 0), (1, 4, 2, 5), (23, 4, 2, 3), (100, 7, 3, 11),
+                                      (50, 5, 1, 0)]:
+        for seed in range(3):
+            xs = data(n, count, seed)
+            progs = programs(shm.allreduce, "allreduce", n, count, chunk, slots, registered)
+            bufs = [[x.copy(), np.full(count, 99, np.int64), None] for x in xs]
+            stepsim.run(progs, bufs, op=op, seed=seed, slots=slot_arrays(n, slots, chunk, np.int64),
+                        base=base)
+            want = xs[0].copy()
+            for x in xs[1:]:
+                want = np.add(want, x) if op == "sum" else np.maximum(want, x)
+            for r in range(n):
+                np.testing.assert_array_equal(bufs[r][RECV], want, err_msg=f"rank {r} count {count}")
+                np.testing.assert_array_equal(bufs[r][SEND], xs[r])   # input untouched
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_allreduce_registered_in_place_and_avg(n):
+    count, chunk = 37, 8
+    rng = np.random.default_rng(n)
+    xs = [rng.standard_normal(count).astype(np.float32) for _ in range(n)]
+    progs = programs(shm.allreduce, "allreduce", n, count, chunk, registered=True, inplace=True,
+                     avg=True)
+    bufs = []
+    for x in xs:
+        b = x.copy()
+        bufs.append([b, b, None])
+    stepsim.run(progs, bufs, slots=slot_arrays(n, 2, chunk, np.float32))
+    np.testing.assert_allclose(bufs[0][RECV], np.mean(xs, axis=0), rtol=1e-5, atol=1e-6)
+    for r in range(1, n):
+        assert bufs[r][RECV].tobytes() == bufs[0][RECV].tobytes()   # the same bits everywhere
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("registered", [False, True])
+def test_reduce_scatter(n, registered):
+    for m, chunk in [(0, 8), (1, 8), (13, 8), (40, 3 * n)]:
+        xs = data(n, n * m, seed=m)
+        progs = programs(shm.reduce_scatter, "reduce_scatter", n, m, chunk, registered=registered)
+        bufs = [[x.copy(), np.full(m, 99, np.int64), None] for x in xs]
+        stepsim.run(progs, bufs, seed=m, slots=slot_arrays(n, 2, chunk, np.int64))
+        want = np.sum(xs, axis=0)
+        for r in range(n):
+            np.testing.assert_array_equal(bufs[r][RECV], want[r * m:(r + 1) * m])
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("registered", [False, True])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_allgather(n, registered, inplace):
+    for m, chunk in [(0, 4), (1, 4), (11, 4), (30, 16)]:
+        xs = data(n, m, seed=m)
+        progs = programs(shm.allgather, "allgather", n, m, chunk, registered=registered,
+                         inplace=inplace)
+        bufs = []
+        for r, x in enumerate(xs):
+            recv = np.full(n * m, 99, np.int64)
+            if inplace:
+                recv[r * m:(r + 1) * m] = x
+                bufs.append([recv[r * m:(r + 1) * m], recv, None])
+            else:
+                bufs.append([x.copy(), recv, None])
+        stepsim.run(progs, bufs, seed=m, slots=slot_arrays(n, 2, chunk, np.int64))
+        for r in range(n):
+            np.testing.assert_array_equal(bufs[r][RECV], np.concatenate(xs) if m else
+                                          np.empty(0, np.int64))
+
+
+def test_slots_are_reused_only_after_every_peer_consumed():
+    """More chunks than slots: each reuse waits for CONSUMED of the epoch it replaces."""
+    prog = list(shm.allreduce(Spec("allreduce", 0, 3, 100, chunk=10, slots=2)))
+    waits = [p for p in prog if isinstance(p, WaitFlags) and p.flag == 2]
+    assert [w.epoch for w in waits] == [e - 2 for e in range(1, 11)]
+    assert all(w.peers == (1, 2) for w in waits)
+
+
+@pytest.mark.parametrize("nodes,per_node", [(2, 2), (3, 2), (2, 3)])
+def test_hierarchical_allreduce(nodes, per_node):
+    """Ranks r = node * per_node + local; shared memory within a node, MPI-style messages
+    across nodes (the simulator matches them), for every chunk."""
+    n = nodes * per_node
+    count, chunk = 50, 12
+    xs = data(n, count, seed=n)
+    progs, bufs, slots = [], [], []
+    for r in range(n):
+        node, loc = divmod(r, per_node)
+        local = tuple(node * per_node + q for q in range(per_node))
+        cross = tuple(k * per_node + loc for k in range(nodes))
+        spec = Spec("allreduce", r, n, count, chunk=chunk, local=local, cross=cross)
+        steps = tuple(shm.allreduce_hier(spec))
+        progs.append(type("P", (), {"steps": steps})())
+        bufs.append([xs[r].copy(), np.full(count, 99, np.int64),
+                     np.empty(scratch_extent(steps), np.int64)])
+    # slots are per node: rank r's (SLOT, q, e) means local rank q of r's node
+    node_slots = [[[np.full(chunk, 77, np.int64) for _ in range(2)] for _ in range(per_node)]
+                  for _ in range(nodes)]
+    stepsim_run_by_node(progs, bufs, node_slots, per_node)
+    want = np.sum(xs, axis=0)
+    for r in range(n):
+        np.testing.assert_array_equal(bufs[r][RECV], want)
+
+
+def stepsim_run_by_node(progs, bufs, node_slots, per_node):
+    """Run all ranks together (cross-node messages must match); flags and slots are per
+    node, addressed by local index."""
+    import random
+    from collections import defaultdict, deque
+    from hpccoll.algorithms.primitives import (Copy, Post, Reduce, ReduceN, Scale, Signal, Wait,
+                                               WaitFlags, SLOT)
+    from hpccoll.buffers import reduce_into
+    n = len(progs)
+    rng = random.Random(0)
+    pc = [0] * n
+    flags = [[0, 0, 0] for _ in range(n)]
+    inflight = [dict() for _ in range(n)]
+    sendq, recvq, matched = defaultdict(deque), defaultdict(deque), []
+
+    def node_of(r):
+        return r // per_node
+
+    def arr(r, reg):
+        if isinstance(reg.buf, tuple):
+            slots = node_slots[node_of(r)][reg.buf[1]]
+            return slots[reg.buf[2] % len(slots)][reg.off:reg.off + reg.n]
+        return bufs[r][reg.buf][reg.off:reg.off + reg.n]
+
+    class Op:
+        def __init__(self, r, reg):
+            self.r, self.reg, self.done = r, reg, False
+
+    for _ in range(1_000_000):
+        if all(pc[r] >= len(progs[r].steps) for r in range(n)) and not matched:
+            break
+        moved = False
+        if matched and rng.random() < 0.5:
+            s_, d_ = matched.pop(rng.randrange(len(matched)))
+            np.copyto(arr(d_.r, d_.reg), arr(s_.r, s_.reg))
+            s_.done = d_.done = True
+            continue
+        for r in rng.sample(range(n), n):
+            if pc[r] >= len(progs[r].steps):
+                continue
+            p = progs[r].steps[pc[r]]
+            base = node_of(r) * per_node
+            if isinstance(p, WaitFlags):
+                if not all(flags[base + q][p.flag] >= p.epoch for q in p.peers):
+                    continue
+            elif isinstance(p, Wait):
+                if not all(o.done for o in inflight[r][p.h]):
+                    continue
+                del inflight[r][p.h]
+            elif isinstance(p, Signal):
+                flags[r][p.flag] = p.epoch
+            elif isinstance(p, Post):
+                ops = []
+                for peer, reg in p.recvs:
+                    o = Op(r, reg)
+                    ops.append(o)
+                    (matched.append((sendq[(peer, r)].popleft(), o)) if sendq[(peer, r)]
+                     else recvq[(peer, r)].append(o))
+                for peer, reg in p.sends:
+                    o = Op(r, reg)
+                    ops.append(o)
+                    (matched.append((o, recvq[(r, peer)].popleft())) if recvq[(r, peer)]
+                     else sendq[(r, peer)].append(o))
+                inflight[r][p.h] = ops
+            elif isinstance(p, ReduceN):
+                srcs = [arr(r, s) for s in p.srcs]
+                dst = arr(r, p.dst)
+                reduce_into("sum", dst, srcs[0], srcs[1]) if len(srcs) > 1 else np.copyto(dst, srcs[0])
+                for s in srcs[2:]:
+                    reduce_into("sum", dst, dst, s)
+            elif isinstance(p, Reduce):
+                reduce_into("sum", arr(r, p.dst), arr(r, p.a), arr(r, p.b))
+            elif isinstance(p, Copy):
+                np.copyto(arr(r, p.dst), arr(r, p.src))
+            pc[r] += 1
+            moved = True
+            break
+        if not moved and not matched:
+            raise AssertionError(f"deadlock: {pc}")
