@@ -66,6 +66,6 @@ METHODS = {
 
 def plans(work: Workload, profile: Profile) -> dict:
     """Every method's plan, keyed like METHODS."""
-    return {"planned": _plan(work, profile, blocks=usable_blocks(profile)).plan,
+    return {"planned": _plan(work, profile).plan,
             "ddp": ddp(work, profile), "size_rule": size_rule(work, profile),
             "fusion_only": fusion_only(work, profile)}

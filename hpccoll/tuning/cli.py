@@ -38,8 +38,7 @@ def cmd_profile(args) -> int:
         except HpcCollError:
             ctx.close()          # bad input: raised alike on every rank, before any collective
             raise
-        env = environment(MPI.COMM_WORLD)
-        env["policy"] = ctx.policy
+        env = environment(MPI.COMM_WORLD, settings=ctx.settings, device=args.device)
         ctx.close()
         if MPI.COMM_WORLD.rank == 0:
             prof.save(args.out, env)
@@ -68,8 +67,9 @@ def _blocks(args, ctx) -> list:
             "blocks: this hpccoll build's allreduce has no blocks= keyword yet (it comes with "
             "the numba_kernels issue); pass --blocks default to profile the library's own "
             "allocation")
+    # the library's own choice (0) competes too: on the host it is NumPy's single thread
     top = args.max_blocks or (os.cpu_count() or 1)
-    return [1 << k for k in range(top.bit_length()) if (1 << k) <= top]
+    return [0] + [1 << k for k in range(top.bit_length()) if (1 << k) <= top]
 
 
 def _print_profile(prof) -> None:
@@ -90,7 +90,7 @@ def cmd_plan(args) -> int:
     from .simulate import simulate
     prof = Profile.load(args.profile)
     work = layers.workload(args.model)
-    res = plan(work, prof, blocks=baselines.usable_blocks(prof), grid=args.grid)
+    res = plan(work, prof, grid=args.grid)
     print(f"{args.model}: {work.n} tensors, {int(work.nbytes.sum())} bytes; profile "
           f"{args.profile} (comm {prof.sources['comm_time']}, slowdown {prof.sources['slowdown']})")
     print(f"planned: {len(res.plan.ends)} buckets, backward {res.time * 1e3:.3f} ms (model), "
@@ -136,8 +136,9 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--out", default="results/profile.h5", help="HDF5 file to write")
     q.add_argument("--sizes", default="4K,64K,1M,4M,16M", help="allreduce sizes in bytes")
     q.add_argument("--blocks", default="auto",
-                   help="block counts, comma-separated; 'auto': powers of two up to the core "
-                        "count; 'default': only the library's own choice (no blocks=)")
+                   help="block counts, comma-separated, 0 = the library's own choice (no "
+                        "blocks=); 'auto': 0 and powers of two up to the core count; "
+                        "'default': 0 only")
     q.add_argument("--max-blocks", type=int, default=None, help="largest block count for auto")
     q.add_argument("--repeats", type=int, default=10, help="timed repeats per size and block count")
     q.add_argument("--rounds", type=int, default=5, help="contention rounds per block count")

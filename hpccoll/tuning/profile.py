@@ -114,7 +114,9 @@ class Profile:
             if f.attrs.get("kind") != KIND:
                 raise ArgumentError(f"profile: {path!r} is not an hpccoll profile "
                                     f"(kind={f.attrs.get('kind')!r})")
-            attrs = {k[len("profile."):]: v for k, v in f.attrs.items() if k.startswith("profile.")}
+            from .store import read_attrs
+            attrs = {k[len("profile."):]: v for k, v in read_attrs(f).items()
+                     if k.startswith("profile.")}
             samples = {k: f["samples"][k][()] for k in f["samples"]} if "samples" in f else {}
             return cls(f["sizes"][()], f["blocks"][()], f["comm_time"][()], f["slowdown"][()],
                        {"comm_time": str(f["comm_time"].attrs["source"]),

@@ -4,9 +4,9 @@
     within each repeat (so that a noisy moment hits all of them alike), each call after
     a barrier, the slowest rank's time kept; the profile holds medians over repeats;
 (b) a compute kernel (a float32 matrix multiply: NumPy/BLAS on CPU, CuPy on GPU) timed
-    alone and while an allreduce with each block count is in flight; only kernel runs
-    that ended before the allreduce did count.  slowdown(b) = median contended / median
-    alone on each rank, the largest over ranks (the slowest rank gates data parallelism).
+    alone, and run back to back while an allreduce with each block count is in flight:
+    slowdown(b) = flight time / kernel work done during it (``slowdowns``), the largest
+    over ranks (the slowest rank gates data parallelism).
 
 Block count 0 means the library's own choice (allreduce called without ``blocks=``).
 """
@@ -85,45 +85,58 @@ def comm_times(comm, mpi_comm, sizes, blocks, repeats: int, warmup: int = 2):
 
 def slowdowns(comm, mpi_comm, blocks, kernel: Kernel, contend_bytes: int, rounds: int,
               alone_per_round: int = 5):
-    """(slowdown per block count, per-rank alone median, per-rank contended medians,
-    contended sample counts).  Every rank issues the same collectives (rounds x blocks),
-    so they match whatever the local timing."""
+    """Compute slowdown per block count, as the model defines it: a rate.
+
+    Each round times the kernel alone, then for each block count issues one allreduce and
+    runs kernels back to back until it has ended.  Over the allreduce's flight (issue to
+    completion callback) the kernel did ``k`` whole runs plus part of the run it ended
+    in; that part is the run's alone time minus what the run needed after the end (at
+    full speed).  slowdown = flight time / work done in it (in alone-seconds), summed
+    over rounds; the largest over ranks.  Every rank issues the same allreduces, so they
+    match whatever the local timing.
+
+    Returns (slowdown, per-rank alone median, per-rank [flight, work] sums per block)."""
     from mpi4py import MPI
     x = np.ones(max(1, contend_bytes // 4), dtype=np.float32)
     out = np.empty_like(x)
     kernel()                                   # first call: allocation, BLAS threads
     alone: list = []
-    contended: list = [[] for _ in blocks]
+    flights: list = []                         # (block index, issue, end, kernel runs)
     for _ in range(rounds):
         mpi_comm.Barrier()                     # no rank is still busy with a collective
         alone.extend(kernel() for _ in range(alone_per_round))
         for j, b in enumerate(blocks):
             mpi_comm.Barrier()
+            ended: list = []
+            runs = []
+            t_issue = time.perf_counter()
             w = allreduce(comm, x, out, b)
+            w.add_done_callback(lambda _w, ended=ended: ended.append(time.perf_counter()))
             while True:
-                dt = kernel()
+                t0 = time.perf_counter()
+                kernel()
+                runs.append((t0, time.perf_counter()))
                 if w.test():
-                    break                      # it ended during this run: not contended
-                contended[j].append(dt)
+                    break
             w.wait()
-    counts = np.array([len(c) for c in contended], dtype=np.int64)
-    counts_min = np.empty_like(counts)
-    mpi_comm.Allreduce(counts, counts_min, op=MPI.MIN)
-    if np.any(counts_min == 0):
-        short = [b for b, c in zip(blocks, counts_min) if c == 0]
+            flights.append((j, t_issue, ended[0] if ended else runs[-1][1], runs))
+    t_alone = float(np.median(alone))
+    sums = np.zeros((len(blocks), 2))          # flight seconds, work done (alone-seconds)
+    for j, t_issue, t_end, runs in flights:
+        whole = sum(1 for t0, t1 in runs if t1 <= t_end)
+        last = next(((t0, t1) for t0, t1 in runs if t1 > t_end), None)
+        part = 0.0 if last is None else min(t_alone, max(0.0, t_alone - (last[1] - t_end)))
+        sums[j] += (t_end - t_issue, whole * t_alone + part)
+    if np.any(sums[:, 1] <= 0):
+        short = [b for b, w in zip(blocks, sums[:, 1]) if w <= 0]
         raise HpcCollError(
-            f"contend_bytes: an allreduce of {contend_bytes} bytes with block count(s) {short} "
-            f"ended before one {kernel.describe()} did on some rank; raise --contend-bytes or "
-            "lower --kernel-size so that kernels run while the allreduce is in flight")
-    med_alone = float(np.median(alone))
-    med_cont = np.array([np.median(c) for c in contended])
-    ratio = med_cont / med_alone
+            f"contend_bytes: while allreduces of {contend_bytes} bytes with block count(s) "
+            f"{short} ran, {kernel.describe()} made no measurable progress on rank "
+            f"{mpi_comm.rank}; raise --contend-bytes or lower --kernel-size")
+    ratio = sums[:, 0] / sums[:, 1]
     worst = np.empty_like(ratio)
     mpi_comm.Allreduce(ratio, worst, op=MPI.MAX)
-    all_alone = np.array(mpi_comm.allgather(med_alone))
-    all_cont = np.array(mpi_comm.allgather(med_cont))
-    all_counts = np.array(mpi_comm.allgather(counts))
-    return worst, all_alone, all_cont, all_counts
+    return worst, np.array(mpi_comm.allgather(t_alone)), np.array(mpi_comm.allgather(sums))
 
 
 def measure(ctx, sizes: Sequence[int], blocks: Sequence[int], *, repeats: int = 10,
@@ -145,8 +158,8 @@ def measure(ctx, sizes: Sequence[int], blocks: Sequence[int], *, repeats: int = 
     try:
         kernel = Kernel(kernel_size, device)
         med, samples = comm_times(comm, mpi_comm, sizes, blocks, repeats)
-        slow, alone, cont, counts = slowdowns(comm, mpi_comm, blocks, kernel, contend_bytes,
-                                              rounds)
+        slow, alone, flight_work = slowdowns(comm, mpi_comm, blocks, kernel, contend_bytes,
+                                             rounds)
     finally:
         mpi_comm.Free()
     attrs = {"device": device, "kernel": kernel.describe(), "repeats": repeats, "rounds": rounds,
@@ -156,5 +169,4 @@ def measure(ctx, sizes: Sequence[int], blocks: Sequence[int], *, repeats: int = 
     return Profile(np.array(sizes), np.array(blocks), med, slow,
                    {"comm_time": "measured", "slowdown": "measured"}, attrs,
                    {"comm_time": samples, "compute_alone_median_per_rank": alone,
-                    "compute_contended_median_per_rank": cont,
-                    "contended_samples_per_rank": counts})
+                    "flight_and_work_per_rank": flight_work})

@@ -24,13 +24,13 @@ def test_interpolation_is_exact_for_latency_plus_bandwidth():
 def test_profile_round_trip_keeps_provenance(tmp_path):
     prof = layers.model_profile(layers.Network(link_gbps=50))
     path = str(tmp_path / "p.h5")
-    prof.save(path, {"hpccoll_version": "x", "ranks": 8})
+    prof.save(path, {"hpccoll_version": "x", "nranks": 8})
     back = Profile.load(path)
     assert np.array_equal(back.comm_time, prof.comm_time)
     assert back.sources == {"comm_time": "model", "slowdown": "model"}
     with h5py.File(path) as f:
         assert f["comm_time"].attrs["source"] == "model"
-        assert f.attrs["ranks"] == 8
+        assert f.attrs["nranks"] == 8
         assert "sms / (sms - b)" in f.attrs["profile.formula"]
 
 
