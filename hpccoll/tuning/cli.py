@@ -64,9 +64,8 @@ def _blocks(args, ctx) -> list:
         return _ints(args.blocks, "--blocks")
     if not blocks_supported(ctx.world):
         raise HpcCollError(
-            "blocks: this hpccoll build's allreduce has no blocks= keyword yet (it comes with "
-            "the numba_kernels issue); pass --blocks default to profile the library's own "
-            "allocation")
+            "blocks: this hpccoll build's allreduce has no blocks= keyword (builds before "
+            "numba_kernels); pass --blocks default to profile the library's own allocation")
     # the library's own choice (0) competes too: on the host it is NumPy's single thread
     top = args.max_blocks or (os.cpu_count() or 1)
     return [0] + [1 << k for k in range(top.bit_length()) if (1 << k) <= top]

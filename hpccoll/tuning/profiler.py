@@ -24,16 +24,16 @@ from .profile import Profile
 
 
 def blocks_supported(comm) -> bool:
-    """Whether this build's collectives take ``blocks=`` (the numba_kernels issue)."""
+    """Whether this build's collectives take ``blocks=`` (builds before numba_kernels don't)."""
     return "blocks" in inspect.signature(comm.allreduce).parameters
 
 
 def require_blocks(comm, blocks: Sequence[int]) -> None:
     if any(b > 0 for b in blocks) and not blocks_supported(comm):
         raise HpcCollError(
-            "blocks: this hpccoll build's allreduce has no blocks= keyword yet (it comes with "
-            "the numba_kernels issue), so block counts cannot be profiled. Profile the "
-            "library's own allocation instead with --blocks default (block count 0).")
+            "blocks: this hpccoll build's allreduce has no blocks= keyword (builds before "
+            "numba_kernels), so block counts cannot be profiled. Profile the library's own "
+            "allocation instead with --blocks default (block count 0).")
 
 
 def allreduce(comm, x, out, b: int):
