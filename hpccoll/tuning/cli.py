@@ -1,0 +1,176 @@
+"""``hpccoll-tune``: profile this machine, plan a workload, simulate the methods.
+
+    mpiexec -n 2 hpccoll-tune profile --out results/profile.h5 [--blocks 1,2|default]
+    hpccoll-tune plan --profile results/profile.h5 --model resnet50
+    hpccoll-tune simulate [--models resnet50,vgg16] [--gbps 10,50,100] [--out F.h5] [--png F.png]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import ArgumentError, HpcCollError
+from ..timing import parse_bytes
+
+
+def _ints(text: str, what: str) -> list:
+    try:
+        return [parse_bytes(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ArgumentError(f"{what}: expected comma-separated numbers, got {text!r}") from None
+
+
+def cmd_profile(args) -> int:
+    import hpccoll
+    from mpi4py import MPI
+    from .profiler import measure
+    from .store import environment
+    try:
+        # no ``with``: on an unexpected error the job is aborted at once, not after
+        # close() waited for ranks that will never arrive
+        ctx = hpccoll.init(timeout=args.timeout)
+        try:
+            blocks = _blocks(args, ctx)
+            prof = measure(ctx, _ints(args.sizes, "--sizes"), blocks, repeats=args.repeats,
+                           kernel_size=args.kernel_size, rounds=args.rounds, device=args.device,
+                           contend_bytes=parse_bytes(args.contend_bytes))
+        except HpcCollError:
+            ctx.close()          # bad input: raised alike on every rank, before any collective
+            raise
+        env = environment(MPI.COMM_WORLD, settings=ctx.settings, device=args.device)
+        ctx.close()
+        if MPI.COMM_WORLD.rank == 0:
+            prof.save(args.out, env)
+            _print_profile(prof)
+            print(f"profile written to {args.out}")
+        return 0
+    except HpcCollError as exc:
+        if MPI.COMM_WORLD.rank == 0:
+            print(f"hpccoll-tune profile: {exc}", file=sys.stderr)
+        return 2
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        MPI.COMM_WORLD.Abort(1)     # one failing rank must not leave the others hanging
+        return 1
+
+
+def _blocks(args, ctx) -> list:
+    from .profiler import blocks_supported
+    if args.blocks == "default":
+        return [0]
+    if args.blocks != "auto":
+        return _ints(args.blocks, "--blocks")
+    if not blocks_supported(ctx.world):
+        raise HpcCollError(
+            "blocks: this hpccoll build's allreduce has no blocks= keyword (builds before "
+            "numba_kernels); pass --blocks default to profile the library's own allocation")
+    # the library's own choice (0) competes too: on the host it is NumPy's single thread
+    top = args.max_blocks or (os.cpu_count() or 1)
+    return [0] + [1 << k for k in range(top.bit_length()) if (1 << k) <= top]
+
+
+def _print_profile(prof) -> None:
+    from ..timing import human_bytes
+    names = ["default" if b == 0 else str(b) for b in prof.block_list]
+    print(f"allreduce time in us ({prof.sources['comm_time']}), by block count:")
+    print(f"{'size':>10}" + "".join(f"{n:>10}" for n in names))
+    for i, s in enumerate(prof.sizes):
+        print(f"{human_bytes(int(s)):>10}" + "".join(f"{t * 1e6:>10.1f}" for t in prof.comm_time[i]))
+    print(f"compute slowdown ({prof.sources['slowdown']}, {prof.attrs.get('kernel', '')}): "
+          + ", ".join(f"{n}: {s:.3f}" for n, s in zip(names, prof.slowdown)))
+
+
+def cmd_plan(args) -> int:
+    from . import baselines, layers
+    from .planner import plan
+    from .profile import Profile
+    from .simulate import simulate
+    prof = Profile.load(args.profile)
+    work = layers.workload(args.model)
+    res = plan(work, prof, grid=args.grid)
+    print(f"{args.model}: {work.n} tensors, {int(work.nbytes.sum())} bytes; profile "
+          f"{args.profile} (comm {prof.sources['comm_time']}, slowdown {prof.sources['slowdown']})")
+    print(f"planned: {len(res.plan.ends)} buckets, backward {res.time * 1e3:.3f} ms (model), "
+          f"largest DP front {res.max_front}")
+    print("  " + res.plan.describe(work))
+    for name, p in baselines.plans(work, prof).items():
+        print(f"{name:>12}: {simulate(work, p, prof).time * 1e3:10.3f} ms, {len(p.ends)} buckets")
+    return 0
+
+
+def cmd_simulate(args) -> int:
+    from dataclasses import replace
+    from . import layers, report
+    from .store import environment
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    bad = [m for m in models if m not in layers.ARCHITECTURES]
+    if bad:
+        print(f"hpccoll-tune simulate: --models: unknown {bad}; choose from "
+              f"{', '.join(layers.ARCHITECTURES)}", file=sys.stderr)
+        return 2
+    speeds = [float(x) for x in args.gbps.split(",") if x.strip()]
+    if not speeds or min(speeds) <= 0:
+        print("hpccoll-tune simulate: --gbps: expected positive speeds", file=sys.stderr)
+        return 2
+    net = replace(layers.Network(), nodes=args.nodes, block_gbps=args.block_gbps)
+    dev = replace(layers.Device(), flops=args.tflops * 1e12)
+    res = report.run(models, speeds, net, dev)
+    print(report.table(res))
+    if args.out:
+        report.save(res, args.out, environment())
+        print(f"results written to {args.out}")
+    if args.png:
+        report.plot(res, args.png)
+        print(f"plot written to {args.png}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hpccoll-tune", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    q = sub.add_parser("profile", help="measure T(bytes, blocks) and compute slowdown (mpiexec)")
+    q.add_argument("--out", default="results/profile.h5", help="HDF5 file to write")
+    q.add_argument("--sizes", default="4K,64K,1M,4M,16M", help="allreduce sizes in bytes")
+    q.add_argument("--blocks", default="auto",
+                   help="block counts, comma-separated, 0 = the library's own choice (no "
+                        "blocks=); 'auto': 0 and powers of two up to the core count; "
+                        "'default': 0 only")
+    q.add_argument("--max-blocks", type=int, default=None, help="largest block count for auto")
+    q.add_argument("--repeats", type=int, default=10, help="timed repeats per size and block count")
+    q.add_argument("--rounds", type=int, default=5, help="contention rounds per block count")
+    q.add_argument("--kernel-size", type=int, default=256, help="n of the n x n matmul kernel")
+    q.add_argument("--contend-bytes", default="16M", help="allreduce size run under the kernel")
+    q.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
+    q.add_argument("--timeout", type=float, default=60.0, help="watchdog timeout (s)")
+    q.set_defaults(fn=cmd_profile)
+    q = sub.add_parser("plan", help="plan a model's buckets and blocks from a profile")
+    q.add_argument("--profile", required=True, help="HDF5 profile (measured or model)")
+    q.add_argument("--model", default="resnet50", help="resnet50, vgg16, bert_base, gpt2_small")
+    q.add_argument("--grid", type=float, default=0.0, help="DP time grid in s (0: exact)")
+    q.set_defaults(fn=cmd_plan)
+    q = sub.add_parser("simulate", help="every method on the model tables and network speeds")
+    q.add_argument("--models", default="resnet50,vgg16,bert_base,gpt2_small")
+    q.add_argument("--gbps", default="10,25,50,100,200,400", help="network speeds in Gb/s")
+    q.add_argument("--nodes", type=int, default=8, help="data-parallel ranks (one per node)")
+    q.add_argument("--block-gbps", type=float, default=25.0, help="most one block moves (Gb/s)")
+    q.add_argument("--tflops", type=float, default=12.0, help="device backward speed (TFLOP/s)")
+    q.add_argument("--out", default="results/simulate.h5", help="HDF5 file ('' for none)")
+    q.add_argument("--png", default="results/simulate.png", help="plot file ('' for none)")
+    q.set_defaults(fn=cmd_simulate)
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except HpcCollError as exc:     # bad input: one line, naming the argument
+        print(f"hpccoll-tune {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
