@@ -67,6 +67,10 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
     "reduce_scatter": [("shm", _shm, shm.reduce_scatter), ("ring", _always, ring.reduce_scatter)],
     "alltoall": [("pairwise", _always, pairwise.alltoall)],
     "barrier": [("mpi", _tiny, mpicoll.barrier), ("dissemination", _always, doubling.barrier)],
+    # variable counts (the mpi4py adapter's Allgatherv, Reduce_scatter, Alltoallv)
+    "allgatherv": [("ring", _always, ring.allgatherv)],
+    "reduce_scatterv": [("ring", _always, ring.reduce_scatterv)],
+    "alltoallv": [("pairwise", _always, pairwise.alltoallv)],
 }
 # every algorithm's number, for the mismatch fingerprint (ranks must agree on the algorithm)
 ALGO_CODES = {name: i + 1 for i, name in enumerate(sorted(
@@ -86,7 +90,8 @@ class Program(NamedTuple):
 
 
 def message_bytes(coll: str, count: int, size: int, itemsize: int) -> int:
-    """The size the selection looks at: the whole vector a rank ends up with."""
+    """The size the selection looks at: the whole vector a rank ends up with.  (The
+    variable-count collectives pass their total count.)"""
     if coll in ("allgather", "reduce_scatter", "alltoall"):
         return count * size * itemsize
     return count * itemsize

@@ -121,3 +121,47 @@ def reduce(spec: Spec):
         units = [Unit(((root, Region(RECV, own_off + lo, k)),), ())
                  for lo, k in chunk_ranges(own_n, spec.chunk)]
     yield from pipeline(units, max(spec.depth, n - 1))
+
+
+# -- variable counts (MPI's Allgatherv and Reduce_scatter) ----------------------------
+
+def allgatherv(spec: Spec):
+    """Allgather of per-rank blocks: rank i contributes counts[i] elements, which land at
+    displs[i] of every rank's output.  The same ring as allgather, on uneven blocks."""
+    r, n = spec.rank, spec.size
+    blocks = list(zip(spec.displs, spec.counts))
+    own_off, own_n = blocks[r]
+    if not spec.inplace and own_n:
+        yield Copy(Region(RECV, own_off, own_n), Region(SEND, 0, own_n))
+    if n > 1:
+        yield from pipeline(_allgather_units(spec, blocks, 0), spec.depth)
+
+
+def reduce_scatterv(spec: Spec):
+    """Reduce-scatter of uneven blocks: the input holds counts[i] elements for rank i, back to
+    back; rank r ends with the reduced block r at the start of its output.
+
+    In place (MPI_IN_PLACE) the output is the start of the input buffer.  That is safe:
+    units retire in order, so when the last step writes output chunk [lo, lo+k) every
+    earlier step has finished, the input it reduces lies at offset(r) + lo >= lo, and the
+    only transfers still in flight (n = 2: later chunks of the first step's raw sends) read
+    at offsets >= lo + chunk."""
+    r, n, counts = spec.rank, spec.size, spec.counts
+    offs = [sum(counts[:b]) for b in range(n)]
+    if n == 1:
+        if not spec.inplace and counts[0]:
+            yield Copy(Region(RECV, 0, counts[0]), Region(SEND, 0, counts[0]))
+        return
+    big = max(counts)
+    acc = spec.depth * spec.chunk  # two accumulators of the largest block follow the receive slots
+
+    def send_from(s, b, lo, k):
+        return Region(SEND, offs[b] + lo, k) if s == 0 else \
+            Region(SCRATCH, acc + ((s - 1) % 2) * big + lo, k)
+
+    def reduce_to(s, b, lo, k):
+        return Region(RECV, lo, k) if s == n - 2 else Region(SCRATCH, acc + (s % 2) * big + lo, k)
+
+    # shift 1: the last step receives block r, so rank r ends with block r
+    yield from pipeline(_reduce_scatter_units(spec, list(zip(offs, counts)), 1, send_from,
+                                              reduce_to), spec.depth)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 COLLECTIVES = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
-               "barrier")
+               "barrier", "allgatherv", "reduce_scatterv", "alltoallv")
 
 
 class Spec(NamedTuple):
@@ -21,3 +21,8 @@ class Spec(NamedTuple):
     registered: bool = False  # send and receive buffers are registered (ctx.empty)
     local: tuple = ()         # communicator ranks on this rank's node, in local order
     cross: tuple = ()         # communicator ranks with this rank's local index, node order
+    # variable-count collectives (tuples, one entry per rank, so that a Spec stays hashable):
+    counts: tuple = ()    # elements of rank i's block (allgatherv, reduce_scatterv) or from rank i (alltoallv)
+    displs: tuple = ()    # where those elements lie in RECV (allgatherv, alltoallv)
+    scounts: tuple = ()   # alltoallv: elements sent to rank i
+    sdispls: tuple = ()   # alltoallv: where they lie in SEND

@@ -221,3 +221,124 @@ def test_scratch_is_bounded_by_chunks():
 def test_programs_are_cached():
     spec = Spec("allreduce", 0, 4, 8, chunk=4)
     assert build(spec, "doubling") is build(spec, "doubling")
+
+
+# -- variable counts: uneven blocks, gaps and any block order --------------------------
+
+def layout(counts, rng):
+    """Displacements placing the blocks in a random order with random gaps; and the length."""
+    displs, pos = [0] * len(counts), 0
+    for i in rng.permutation(len(counts)):
+        pos += int(rng.integers(0, 3))
+        displs[i] = pos
+        pos += counts[i]
+    return tuple(displs), pos + int(rng.integers(0, 2))
+
+
+def run_v(coll, n, chunk, depth, sends, recvs, per_rank, inplace=False, op="sum", seed=0):
+    """per_rank(r) -> the Spec fields counts/displs/scounts/sdispls of rank r."""
+    progs, bufs = [], []
+    for r in range(n):
+        spec = Spec(coll, r, n, sum(per_rank(r)["counts"]), chunk=chunk, depth=depth,
+                    inplace=inplace, **per_rank(r))
+        prog = build(spec, "pairwise" if coll == "alltoallv" else "ring")
+        progs.append(prog)
+        bufs.append([sends[r], recvs[r], np.empty(prog.scratch, dtype=recvs[r].dtype)])
+    stepsim.run(progs, bufs, op=op, seed=seed)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_allgatherv(n, inplace):
+    rng = np.random.default_rng(n)
+    for trial in range(6):
+        counts = tuple(int(c) for c in rng.integers(0, 9, size=n))
+        if trial == 0:
+            counts = (0,) * n
+        xs = inputs(n, max(counts), seed=trial)
+        xs = [x[:counts[r]] for r, x in enumerate(xs)]
+        lay = [layout(counts, rng) for _ in range(n)]   # every rank its own displacements
+        for chunk, depth in SHAPES:
+            recvs = [np.full(lay[r][1], 99, np.int64) for r in range(n)]
+            sends = []
+            for r in range(n):
+                d = lay[r][0][r]
+                if inplace:
+                    recvs[r][d:d + counts[r]] = xs[r]
+                    sends.append(recvs[r][d:d + counts[r]])
+                else:
+                    sends.append(xs[r].copy())
+            run_v("allgatherv", n, chunk, depth, sends, recvs,
+                  lambda r: {"counts": counts, "displs": lay[r][0]}, inplace=inplace, seed=trial)
+            for r in range(n):
+                want = np.full(lay[r][1], 99, np.int64)
+                for q in range(n):
+                    want[lay[r][0][q]:lay[r][0][q] + counts[q]] = xs[q]
+                np.testing.assert_array_equal(recvs[r], want, err_msg=f"rank {r} counts {counts}")
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op", ["sum", "max"])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_reduce_scatterv(n, op, inplace):
+    rng = np.random.default_rng(n + 100)
+    for trial in range(6):
+        counts = tuple(int(c) for c in rng.integers(0, 9, size=n))
+        if trial == 0:
+            counts = (0,) * n
+        total = sum(counts)
+        xs = inputs(n, total, seed=trial)
+        want = fold(op, xs)
+        offs = np.cumsum((0,) + counts)
+        for chunk, depth in SHAPES:
+            sends = [x.copy() for x in xs]
+            recvs = [s[:counts[r]] if inplace else np.full(counts[r], 99, np.int64)
+                     for r, s in enumerate(sends)]
+            run_v("reduce_scatterv", n, chunk, depth, sends, recvs, lambda r: {"counts": counts},
+                  inplace=inplace, op=op, seed=trial)
+            for r in range(n):
+                np.testing.assert_array_equal(recvs[r], want[offs[r]:offs[r + 1]],
+                                              err_msg=f"rank {r} counts {counts}")
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_alltoallv(n, inplace):
+    rng = np.random.default_rng(n + 200)
+    for trial in range(6):
+        # C[q][r]: elements rank q sends to rank r (symmetric in place: MPI's in-place form
+        # sends and receives with the same counts)
+        C = rng.integers(0, 6, size=(n, n))
+        if inplace:
+            C = np.triu(C) + np.triu(C, 1).T
+        if trial == 0:
+            C[:] = 0
+        rlay = [layout([int(C[q][r]) for q in range(n)], rng) for r in range(n)]
+        slay = rlay if inplace else [layout([int(C[r][q]) for q in range(n)], rng) for r in range(n)]
+        xs = inputs(n, max(s[1] for s in slay), seed=trial)
+        xs = [x[:slay[r][1]] for r, x in enumerate(xs)]
+
+        def fields(r):
+            return {"counts": tuple(int(C[q][r]) for q in range(n)), "displs": rlay[r][0],
+                    "scounts": tuple(int(C[r][q]) for q in range(n)), "sdispls": slay[r][0]}
+        for chunk, depth in SHAPES:
+            recvs = [xs[r].copy() if inplace else np.full(rlay[r][1], 99, np.int64)
+                     for r in range(n)]
+            sends = recvs if inplace else [x.copy() for x in xs]
+            run_v("alltoallv", n, chunk, depth, sends, recvs, fields, inplace=inplace, seed=trial)
+            for r in range(n):
+                want = xs[r].copy() if inplace else np.full(rlay[r][1], 99, np.int64)
+                for q in range(n):
+                    c, sdq, rdr = int(C[q][r]), slay[q][0][r], rlay[r][0][q]
+                    want[rdr:rdr + c] = xs[q][sdq:sdq + c]
+                np.testing.assert_array_equal(recvs[r], want, err_msg=f"rank {r} C {C.tolist()}")
+
+
+def test_alltoallv_posts_every_peer():
+    """Empty blocks are still messages, so a count mismatch cannot leave a message unmatched."""
+    n = 4
+    prog = build(Spec("alltoallv", 0, n, 0, counts=(0,) * n, displs=(0,) * n,
+                      scounts=(0,) * n, sdispls=(0,) * n), "pairwise")
+    posts = [p for p in prog.steps if isinstance(p, Post)]
+    assert sorted(peer for p in posts for peer, _ in p.sends) == [1, 2, 3]
+    assert sorted(peer for p in posts for peer, _ in p.recvs) == [1, 2, 3]
