@@ -268,7 +268,8 @@ class Communicator:
                     depth=s.pipeline_depth, root=call.root, avg=call.op == "avg",
                     inplace=call.inplace, slots=s.shm_slots,
                     registered=shared and registered is not None,
-                    local=shm["local"] if shared else (), cross=(shm["cross"] or ()) if shared else ())
+                    local=shm["local"] if shared else (), cross=(shm["cross"] or ()) if shared else (),
+                    **dict(call.layout))
         program = algorithms.build(spec, algo)
         if call.send.device:
             make_lane = _device_lane(ctx, call, program, blocks, spec.chunk)
@@ -294,7 +295,8 @@ class Communicator:
                 seq, ident, mpi_comm = None, h, self._keyed
             fp = None
             if s.check_mismatch and self.size > 1:
-                fp = np.array([COLLECTIVES.index(call.coll) + 1, dtype_code(dt), call.count,
+                count = call.count if call.fp_count is None else call.fp_count
+                fp = np.array([COLLECTIVES.index(call.coll) + 1, dtype_code(dt), count,
                                call.root, op_code(call.op), ident,
                                registered.fingerprint if registered else 0,
                                algorithms.ALGO_CODES[algo]], dtype=np.int64)

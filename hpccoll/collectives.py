@@ -23,6 +23,10 @@ class Call(NamedTuple):
     root: int
     inplace: bool
     result: Any           # what wait() returns
+    # variable-count collectives (hpccoll/vcollectives.py): extra Spec fields as (name, value)
+    # pairs, and what the mismatch check compares instead of ``count``
+    layout: tuple = ()
+    fp_count: Optional[int] = None
 
 
 def _root(root: Any, size: int) -> int:

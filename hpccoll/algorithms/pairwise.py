@@ -38,7 +38,7 @@ def alltoallv(spec: Spec):
     src = SEND
     if spec.inplace:
         # blocks are overwritten while later steps still have to send them: work from a copy
-        top = max((d + c for d, c in zip(sd, sc)), default=0)
+        top = max((d + c for d, c in zip(sd, sc) if c), default=0)
         if top:
             yield Copy(Region(SCRATCH, 0, top), Region(SEND, 0, top))
         src = SCRATCH

@@ -1,0 +1,294 @@
+"""One function per natively run collective, all the same shape: read the mpi4py
+arguments in mpi4py's order (raising what mpi4py raises), decide, and return either a
+function that starts the collective on hpccoll (returning its Work) or FORWARD.
+
+FORWARD means "let mpi4py do it": a datatype or op hpccoll lacks, a device buffer,
+send and receive datatypes that differ.  The decision depends only on the datatypes and
+the op, which every rank passes alike, so all ranks of a collective take the same path.
+Errors MPI itself reports (root out of range, aliased buffers, negative counts) are
+raised as the ``MPI.Exception`` of that error class, before anything is queued.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from .. import vcollectives
+from ._message import index_array, is_in_place, overlap, simple, vector, view
+from ._types import MPI, native_dtype, native_op
+
+FORWARD = None
+
+
+# -- checks shared by the collectives ---------------------------------------------------
+
+def _root(root) -> int:
+    """mpi4py's ``int root``: integers (and numbers with __int__), never strings."""
+    try:
+        return operator.index(root)
+    except TypeError:
+        if isinstance(root, (str, bytes)) or not hasattr(type(root), "__int__"):
+            raise TypeError("an integer is required") from None
+        return int(root)
+
+
+def _op(op) -> None:
+    if not isinstance(op, MPI.Op):
+        raise TypeError(f"Argument 'op' has incorrect type (expected mpi4py.MPI.Op, "
+                        f"got {type(op).__name__})")
+
+
+def _check_root(root: int, size: int) -> None:
+    if not 0 <= root < size:
+        raise MPI.Exception(MPI.ERR_ROOT)
+
+
+def _same(s, r) -> None:
+    """mpi4py's check of a reduction's send and receive buffers."""
+    if s.datatype != r.datatype:
+        raise ValueError("mismatch in send and receive MPI datatypes")
+    if s.count != r.count:
+        raise ValueError(f"mismatch in send count {s.count} and receive count {r.count}")
+
+
+def _alias(x: np.ndarray, y: np.ndarray) -> None:
+    """MPI rejects a send buffer that overlaps the receive buffer (MPI_IN_PLACE is the way)."""
+    if overlap(x, y):
+        raise MPI.Exception(MPI.ERR_BUFFER)
+
+
+def _on_device(*msgs) -> bool:
+    return any(m is not None and m.device for m in msgs)
+
+
+def _dtype(r, s=None):
+    """The NumPy dtype both buffers run as, or None to forward (a datatype hpccoll lacks,
+    or send and receive datatypes that differ: MPI then moves the bytes as they are)."""
+    dt = native_dtype(r.datatype)
+    if dt is None or (s is not None and native_dtype(s.datatype) != dt):
+        return None
+    return dt
+
+
+def _reduction(datatype, op):
+    """(dtype, hpccoll op) for reducing ``datatype`` with ``op``; op None to forward."""
+    dt = native_dtype(datatype)
+    return dt, (None if dt is None else native_op(op, datatype, dt))
+
+
+def _counts(*vms) -> None:
+    if any(c < 0 for vm in vms if vm is not None for c in vm.counts):
+        raise MPI.Exception(MPI.ERR_COUNT)
+
+
+def _span(vm) -> int:
+    """Entries of a v-buffer that its blocks reach."""
+    ends = [d + c for c, d in zip(vm.counts, vm.displs) if c]
+    if any(d < 0 for c, d in zip(vm.counts, vm.displs) if c):
+        raise ValueError(f"message: negative displacement in {list(vm.displs)}")
+    return max(ends, default=0)
+
+
+def _submit(hc, call):
+    hc._check()
+    return hc._submit(call, None)
+
+
+# -- the collectives --------------------------------------------------------------------
+
+def barrier(hc):
+    return hc.barrier
+
+
+def bcast(hc, buf, root):
+    root = _root(root)
+    m = simple(buf, readonly=root == hc.rank)
+    _check_root(root, hc.size)
+    if m.device or (dt := native_dtype(m.datatype)) is None:
+        return FORWARD
+    x = view(m, dt, m.count)
+    return lambda: hc.broadcast(x, root)
+
+
+def allreduce(hc, sendbuf, recvbuf, op):
+    _op(op)
+    r = simple(recvbuf, readonly=False)
+    s = None if is_in_place(sendbuf) else simple(sendbuf, readonly=True)
+    if _on_device(r, s):
+        return FORWARD
+    if s is not None:
+        _same(s, r)
+    dt, name = _reduction(r.datatype, op)
+    if name is None:
+        return FORWARD
+    y = view(r, dt, r.count)
+    x = y if s is None else view(s, dt, s.count)
+    if s is not None:
+        _alias(x, y)
+    return lambda: hc.allreduce(x, y, name)
+
+
+def reduce(hc, sendbuf, recvbuf, op, root):
+    _op(op)
+    root = _root(root)
+    r = s = None
+    if root == hc.rank:
+        r = simple(recvbuf, readonly=False)
+        if not is_in_place(sendbuf):
+            s = simple(sendbuf, readonly=True)
+    else:   # the receive buffer matters at the root only
+        s = simple(sendbuf, readonly=True)
+    _check_root(root, hc.size)
+    if _on_device(r, s):
+        return FORWARD
+    if r is not None and s is not None:
+        _same(s, r)
+    lead = r if r is not None else s
+    dt, name = _reduction(lead.datatype, op)
+    if name is None:
+        return FORWARD
+    if r is None:
+        x = view(s, dt, s.count)
+        return lambda: hc.reduce(x, None, name, root)
+    y = view(r, dt, r.count)
+    x = y if s is None else view(s, dt, s.count)
+    if s is not None:
+        _alias(x, y)
+    return lambda: hc.reduce(x, y, name, root)
+
+
+def allgather(hc, sendbuf, recvbuf):
+    n, rank = hc.size, hc.rank
+    r = simple(recvbuf, readonly=False, blocks=n)
+    s = None if is_in_place(sendbuf) else simple(sendbuf, readonly=True)
+    if _on_device(r, s) or (dt := _dtype(r, s)) is None:
+        return FORWARD
+    m = r.count
+    if s is not None and s.count != m:
+        raise ValueError(f"mismatch in send count {s.count} and receive count {m}")
+    y = view(r, dt, n * m)
+    if s is None:
+        x = y[rank * m:(rank + 1) * m]
+    else:
+        x = view(s, dt, m)
+        _alias(x, y)
+    return lambda: hc.allgather(x, y)
+
+
+def allgatherv(hc, sendbuf, recvbuf):
+    rank = hc.rank
+    r = vector(recvbuf, readonly=False, blocks=hc.size)
+    s = None if is_in_place(sendbuf) else simple(sendbuf, readonly=True)
+    if _on_device(r, s) or (dt := _dtype(r, s)) is None:
+        return FORWARD
+    _counts(r)
+    mine = r.counts[rank]
+    if s is not None and s.count != mine:
+        raise ValueError(f"mismatch in send count {s.count} and receive count {mine}")
+    y = view(r, dt, _span(r))
+    if s is None:
+        x = y[r.displs[rank]:r.displs[rank] + mine]
+    else:
+        x = view(s, dt, mine)
+        _alias(x, y)
+    call = vcollectives.allgatherv(hc, x, y, r.counts, r.displs, s is None)
+    return lambda: _submit(hc, call)
+
+
+def alltoall(hc, sendbuf, recvbuf):
+    n = hc.size
+    r = simple(recvbuf, readonly=False, blocks=n)
+    s = None if is_in_place(sendbuf) else simple(sendbuf, readonly=True, blocks=n)
+    if _on_device(r, s) or (dt := _dtype(r, s)) is None:
+        return FORWARD
+    if s is not None and s.count != r.count:
+        raise ValueError(f"mismatch in send count {s.count} and receive count {r.count}")
+    y = view(r, dt, n * r.count)
+    x = y if s is None else view(s, dt, n * s.count)
+    if s is not None:
+        _alias(x, y)
+    return lambda: hc.alltoall(x, y)
+
+
+def alltoallv(hc, sendbuf, recvbuf):
+    rank = hc.rank
+    r = vector(recvbuf, readonly=False, blocks=hc.size)
+    s = None if is_in_place(sendbuf) else vector(sendbuf, readonly=True, blocks=hc.size)
+    if _on_device(r, s) or (dt := _dtype(r, s)) is None:
+        return FORWARD
+    _counts(r, s)
+    if s is not None and s.counts[rank] > r.counts[rank]:
+        raise MPI.Exception(MPI.ERR_TRUNCATE)   # this rank's own block does not fit
+    y = view(r, dt, _span(r))
+    if s is None:
+        x, sc, sd = y, r.counts, r.displs
+    else:
+        x, sc, sd = view(s, dt, _span(s)), s.counts, s.displs
+        _alias(x, y)
+    call = vcollectives.alltoallv(hc, x, y, sc, sd, r.counts, r.displs, s is None)
+    return lambda: _submit(hc, call)
+
+
+def reduce_scatter_block(hc, sendbuf, recvbuf, op):
+    _op(op)
+    n = hc.size
+    if is_in_place(sendbuf):   # input: n blocks of recvbuf; output: its first block
+        r, s = simple(recvbuf, readonly=False, blocks=n), None
+    else:
+        r = simple(recvbuf, readonly=False)
+        s = simple(sendbuf, readonly=True, blocks=n)
+    if _on_device(r, s):
+        return FORWARD
+    if s is not None:
+        _same(s, r)
+    dt, name = _reduction(r.datatype, op)
+    if name is None:
+        return FORWARD
+    m = r.count
+    if s is None:
+        full = view(r, dt, n * m)
+        call = vcollectives.reduce_scatterv(hc, full, full[:m], (m,) * n, name, True)
+        return lambda: _submit(hc, call)
+    x, y = view(s, dt, n * m), view(r, dt, m)
+    _alias(x, y)
+    return lambda: hc.reduce_scatter(x, y, name)
+
+
+def reduce_scatter(hc, sendbuf, recvbuf, recvcounts, op):
+    _op(op)
+    n, rank = hc.size, hc.rank
+    r = simple(recvbuf, readonly=False)
+    s = None if is_in_place(sendbuf) else simple(sendbuf, readonly=True)
+    if _on_device(r, s):
+        return FORWARD
+    dt, name = _reduction(r.datatype, op)
+    if name is None:
+        return FORWARD   # before the counts exchange below: mpi4py makes its own
+    if recvcounts is None and s is not None:
+        # like mpi4py: every rank's receive count, gathered (blocking, also for the
+        # nonblocking form)
+        counts = tuple(int(c) for c in hc.allgather(np.array([r.count], np.int64)).wait())
+    else:
+        counts = index_array(recvcounts, n)
+    total = sum(counts)
+    if s is not None:
+        if s.datatype != r.datatype:
+            raise ValueError("mismatch in send and receive MPI datatypes")
+        if s.count != total:
+            raise ValueError(f"mismatch in send count {s.count} and sum(counts) {total}")
+        if r.count != counts[rank]:
+            raise ValueError(f"mismatch in receive count {r.count} and counts[{rank}] "
+                             f"{counts[rank]}")
+    elif r.count != total:
+        raise ValueError(f"mismatch in receive count {r.count} and sum(counts) {total}")
+    if any(c < 0 for c in counts):
+        raise MPI.Exception(MPI.ERR_COUNT)
+    if s is None:
+        x = view(r, dt, total)
+        y = x[:counts[rank]]
+    else:
+        x, y = view(s, dt, total), view(r, dt, counts[rank])
+        _alias(x, y)
+    call = vcollectives.reduce_scatterv(hc, x, y, counts, name, s is None)
+    return lambda: _submit(hc, call)

@@ -1,0 +1,84 @@
+"""Which MPI datatypes and reduction ops run on hpccoll, and as what.
+
+A datatype runs natively when it is predefined, NumPy has it (``mpi4py.util.dtlib``)
+and hpccoll supports that dtype.  A (op, datatype) pair runs natively only when the
+MPI library itself accepts it: ``Op.Reduce_local`` on one element is asked once per
+pair.  Anything else is forwarded, so that the MPI library computes it, or raises
+exactly the error it raises for mpi4py.  The decision depends only on the collective,
+the op and the datatypes, which are the same on every rank: all ranks take the same
+path.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..api import _mpi
+from ..buffers import DTYPES, OPS, dtype_kind
+
+MPI = _mpi()
+
+_HPCCOLL_DTYPES = set(DTYPES.values())
+
+# Fortran LOGICAL's "true" is the compiler's bit pattern, not NumPy's 1: forwarded.
+# PACKED, CHAR and WCHAR are not numbers.
+_NOT_NATIVE = {t.py2f() for t in (MPI.DATATYPE_NULL, MPI.PACKED, MPI.CHAR, MPI.WCHAR, MPI.LOGICAL)}
+
+_OP_NAMES = {op.py2f(): name for op, name in (
+    (MPI.SUM, "sum"), (MPI.PROD, "prod"), (MPI.MIN, "min"), (MPI.MAX, "max"),
+    (MPI.LAND, "land"), (MPI.LOR, "lor"), (MPI.LXOR, "lxor"),
+    (MPI.BAND, "band"), (MPI.BOR, "bor"), (MPI.BXOR, "bxor"))}
+
+_dtypes: dict = {}    # datatype handle -> np.dtype or None
+_accepts: dict = {}   # (op handle, datatype handle) -> bool
+
+
+def native_dtype(datatype) -> Optional[np.dtype]:
+    """The NumPy dtype hpccoll runs ``datatype`` as, or None to forward."""
+    key = datatype.py2f()
+    if key not in _dtypes:
+        _dtypes[key] = _lookup(datatype)
+    return _dtypes[key]
+
+
+def _lookup(datatype) -> Optional[np.dtype]:
+    if not datatype.is_predefined or datatype.py2f() in _NOT_NATIVE:
+        return None
+    from mpi4py.util import dtlib
+    try:
+        dt = np.dtype(dtlib.to_numpy_dtype(datatype))
+    except Exception:   # pair types, LB/UB, types NumPy lacks
+        return None
+    lb, extent = datatype.Get_extent()
+    if dt not in _HPCCOLL_DTYPES or lb != 0 or extent != dt.itemsize or \
+            datatype.Get_size() != dt.itemsize:
+        return None
+    return dt
+
+
+def op_name(op) -> Optional[str]:
+    """hpccoll's name for a predefined MPI op, or None (user-defined, MAXLOC, REPLACE, ...)."""
+    return _OP_NAMES.get(op.py2f())
+
+
+def native_op(op, datatype, dt: np.dtype) -> Optional[str]:
+    """hpccoll's op for reducing ``datatype`` (as ``dt``) with ``op``, or None to forward."""
+    name = op_name(op)
+    if name is None or dtype_kind(dt) not in OPS[name][1]:
+        return None
+    key = (op.py2f(), datatype.py2f())
+    if key not in _accepts:
+        _accepts[key] = _mpi_accepts(op, datatype, dt)
+    return name if _accepts[key] else None
+
+
+def _mpi_accepts(op, datatype, dt: np.dtype) -> bool:
+    """Whether this MPI defines ``op`` on ``datatype`` (MPI_SUM on MPI_BYTE, MPI_MAX on a
+    complex type, MPI_LAND on a float are errors): one local reduction, no communication."""
+    a, b = np.zeros(1, dt), np.zeros(1, dt)
+    try:
+        op.Reduce_local([a, 1, datatype], [b, 1, datatype])
+    except MPI.Exception:
+        return False
+    return True

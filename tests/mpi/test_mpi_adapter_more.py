@@ -1,0 +1,292 @@
+"""hpccoll.mpi.Comm beyond results: malformed arguments raise what mpi4py raises,
+unsupported calls are forwarded and counted, Dup/Split/Free, ranks that disagree about
+counts, and nonblocking requests on two adapted communicators in divergent orders."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hpccoll
+import hpccoll.mpi
+from tests.mpi.conftest import POLICY
+from tests.mpi.twins import assert_same, data, forwarded_calls, native_calls, twin
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    comm = hpccoll.mpi.Comm(MPI.COMM_WORLD, policy=POLICY, timeout=60)
+    yield comm
+    comm.context.close()
+
+
+@pytest.fixture(scope="module")
+def world():
+    comm = MPI.COMM_WORLD.Dup()
+    yield comm
+    comm.Free()
+
+
+# -- malformed arguments: the exception mpi4py raises, raised before anything is queued --
+
+def _x(n=4, dt="i4"):
+    return np.arange(n, dtype=dt)
+
+
+def _ro():
+    a = np.zeros(4, "i4")
+    a.flags.writeable = False
+    return a
+
+
+MALFORMED = {
+    "op as a string": lambda c: c.Allreduce(_x(), _x(), op="sum"),
+    "op None": lambda c: c.Reduce(_x(), _x(), op=None),
+    "not a buffer": lambda c: c.Allreduce(5, _x()),
+    "recvbuf None": lambda c: c.Allgather(_x(), None),
+    "five items": lambda c: c.Allreduce([_x(), 1, 2, 3, 4], _x()),
+    "count mismatch": lambda c: c.Allreduce(_x(4), _x(3)),
+    "datatype mismatch": lambda c: c.Allreduce(_x(4), _x(4, "f4")),
+    "datatype handles differ": lambda c: c.Allreduce([_x(), MPI.INT], [_x(), MPI.INT32_T]),
+    "unknown typecode": lambda c: c.Allreduce([_x(), "zz"], [_x(), "i"]),
+    "negative count": lambda c: c.Allreduce([_x(), -1], [_x(), -1]),
+    "float count": lambda c: c.Allreduce([_x(), 2.0], [_x(), 2]),
+    "datatype as count": lambda c: c.Allreduce([_x(), MPI.INT, MPI.INT], [_x(), MPI.INT]),
+    "negative displacement": lambda c: c.Allreduce([_x(), (2, -1)], [_x(), 2]),
+    "displacement out of bounds": lambda c: c.Allreduce([_x(), (2, 5)], [_x(), 2]),
+    "buffer None with a count": lambda c: c.Bcast([None, 3, MPI.INT]),
+    "length not a multiple": lambda c: c.Allreduce([np.zeros(3, "u1"), MPI.INT], _x()),
+    "read-only receive buffer": lambda c: c.Allreduce(_x(), _ro()),
+    "bytes as receive buffer": lambda c: c.Allreduce(np.zeros(2, "i4"), b"12345678"),
+    "non-contiguous": lambda c: c.Allreduce(_x(8)[::2], _x(4)),
+    "non-native byte order": lambda c: c.Allreduce(np.zeros(4, ">i4"), np.zeros(4, ">i4")),
+    "root as a string": lambda c: c.Bcast(_x(), root="0"),
+    "root out of range": lambda c: c.Bcast(_x(), root=c.Get_size()),
+    "negative root": lambda c: c.Reduce(_x(), _x(), root=-1),
+    "aliased buffers": lambda c: (x := _x(4 * c.Get_size())) is None or c.Allreduce(x, x),
+    "aliased alltoall": lambda c: (x := _x(4 * c.Get_size())) is None or c.Alltoall(x, x),
+    "recvcounts wrong length": lambda c: c.Reduce_scatter(_x(4), _x(4), [4] * (c.Get_size() + 1)),
+    "recvcounts not a sequence": lambda c: c.Reduce_scatter(_x(4), _x(4), 4),
+    "recvcounts None in place": lambda c: c.Reduce_scatter(MPI.IN_PLACE, _x(4), None),
+    "send count and sum(counts)": lambda c: c.Reduce_scatter(_x(5), _x(1), [1] * c.Get_size()),
+    "v-counts wrong length": lambda c: c.Allgatherv(_x(1), [_x(8), [1] * (c.Get_size() + 1)]),
+    "v-counts floats": lambda c: c.Allgatherv(_x(1), [_x(8), [1.0] * c.Get_size()]),
+    "v-counts negative": lambda c: c.Allgatherv(_x(0), [_x(8), [-1] * c.Get_size()]),
+    "v (counts,) tuple": lambda c: c.Alltoallv(_x(4), [_x(4), ([1] * c.Get_size(),), MPI.INT]),
+    "MAX on complex": lambda c: c.Allreduce(np.ones(2, "c16"), np.ones(2, "c16"), op=MPI.MAX),
+    "SUM on bool": lambda c: c.Allreduce(np.ones(2, "?"), np.ones(2, "?"), op=MPI.SUM),
+    "LAND on float": lambda c: c.Allreduce(np.ones(2), np.ones(2), op=MPI.LAND),
+    "BAND on bool": lambda c: c.Allreduce(np.ones(2, "?"), np.ones(2, "?"), op=MPI.BAND),
+    "SUM on MPI.BYTE": lambda c: c.Allreduce([_x(4, "u1"), MPI.BYTE], [_x(4, "u1"), MPI.BYTE]),
+    "MAXLOC on int": lambda c: c.Allreduce(_x(), _x(), op=MPI.MAXLOC),
+    "nonblocking, op string": lambda c: c.Iallreduce(_x(), _x(), op="sum"),
+}
+
+
+# the same exception type, other words: Python's unpacking message instead of Cython's,
+# and the buffer errors say what is wrong instead of naming mpi4py's DLPack fallback
+OTHER_TEXT = {"v (counts,) tuple", "non-contiguous", "read-only receive buffer"}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_raises_like_mpi4py(world, adapter, case):
+    call = MALFORMED[case]
+    with pytest.raises(Exception) as mine:
+        call(world)
+    with pytest.raises(Exception) as theirs:
+        call(adapter)
+    assert type(theirs.value) is type(mine.value), (case, mine.value, theirs.value)
+    if isinstance(mine.value, MPI.Exception):
+        assert theirs.value.Get_error_class() == mine.value.Get_error_class(), case
+    elif case not in OTHER_TEXT:
+        assert str(theirs.value) == str(mine.value), case
+    # nothing was queued: the adapter still works, in step with the other ranks
+    y = np.zeros(2, "i4")
+    adapter.Allreduce(np.ones(2, "i4"), y)
+    assert (y == world.size).all()
+
+
+def test_counts_past_the_buffer_raise(adapter):
+    """mpi4py hands MPI a count past the buffer's end (MPI then reads or writes foreign
+    memory); the adapter refuses, before anything is queued."""
+    n = adapter.Get_size()
+    for call in (lambda: adapter.Allreduce([_x(4), 5], [_x(4), 5]),
+                 lambda: adapter.Allgatherv(_x(5), [_x(4 * n), [5] * n]),
+                 lambda: adapter.Allgatherv(_x(4), [_x(4 * n), ([4] * n, [4 * i + 1 for i in range(n)])])):
+        with pytest.raises(ValueError, match="entries"):
+            call()
+    adapter.Barrier()
+
+
+# -- forwarding ------------------------------------------------------------------------
+
+def test_forwarded_calls_run_on_mpi_and_are_counted(world, adapter):
+    n, r = world.size, world.rank
+    x = data("int32", 3, r)
+    twin(world, adapter, "Gather", lambda: ([x, y := np.zeros(3 * n, "i4"), 0], [y]), native=False)
+    twin(world, adapter, "Scatter",
+         lambda: ([np.arange(3 * n, dtype="i4"), y := np.zeros(3, "i4"), n - 1], [y]), native=False)
+    twin(world, adapter, "Scan", lambda: ([x, y := np.zeros(3, "i4")], [y]), native=False)
+    twin(world, adapter, "Exscan", lambda: ([x, y := np.zeros(3, "i4")], [y]),
+         native=False, compare=lambda g, w, what: r == 0 or assert_same(g, w, n, what))
+    # an op hpccoll lacks: MAXLOC on a pair type
+    pair = np.dtype([("v", "f8"), ("i", "i4")], align=True)   # MPI.DOUBLE_INT's layout
+    pairs = np.array([(float(r % 3), r)], dtype=pair)
+    twin(world, adapter, "Allreduce",
+         lambda: ([[pairs, MPI.DOUBLE_INT], [y := np.zeros_like(pairs), MPI.DOUBLE_INT],
+                   MPI.MAXLOC], [y]), native=False,
+         compare=lambda g, w, what: np.testing.assert_array_equal(g, w, err_msg=what))
+    # a datatype hpccoll lacks: long double, and a derived type
+    ld = np.ones(3, np.longdouble) * (r + 1)
+    twin(world, adapter, "Allreduce",
+         lambda: ([[ld, MPI.LONG_DOUBLE], [y := np.zeros_like(ld), MPI.LONG_DOUBLE]], [y]),
+         native=False)
+    pair_t = MPI.INT.Create_contiguous(2).Commit()
+    try:
+        twin(world, adapter, "Bcast", lambda: ([[b := data("int32", 4, r), 2, pair_t], 0], [b]),
+             native=False)
+    finally:
+        pair_t.Free()
+    # a user-defined op
+    op = MPI.Op.Create(lambda a, b, t: np.maximum(np.frombuffer(a, "i4"),
+                                                   np.frombuffer(b, "i4"),
+                                                   out=np.frombuffer(b, "i4")), commute=True)
+    try:
+        twin(world, adapter, "Allreduce", lambda: ([x, y := np.zeros(3, "i4"), op], [y]),
+             native=False)
+    finally:
+        op.Free()
+    # send and receive datatypes that differ: MPI moves the bytes
+    twin(world, adapter, "Allgather",
+         lambda: ([[x.view("f4"), MPI.FLOAT], [y := np.zeros(3 * n, "i4"), MPI.INT]], [y]),
+         native=False)
+    # nonblocking forwarded: a real MPI.Request
+    req = adapter.Iscan(x, y := np.zeros(3, "i4"))
+    assert isinstance(req, MPI.Request)
+    req.Wait()
+    # point to point and attributes through __getattr__
+    got = adapter.sendrecv(r, dest=(r + 1) % n, source=(r - 1) % n)
+    assert got == (r - 1) % n
+    assert adapter.allreduce(r) == sum(range(n))     # pickle-based collective: mpi4py's
+    assert adapter.Get_name() == MPI.COMM_WORLD.Get_name()
+    assert adapter.Is_intra()
+    s = adapter.stats
+    assert s["sendrecv"] == {"native": 0, "forwarded": 1}
+    assert s["Iscan"]["forwarded"] >= 1 and s["Gather"]["forwarded"] >= 1
+
+
+def test_stats_count_per_method():
+    comm = hpccoll.mpi.Comm(MPI.COMM_WORLD, policy=POLICY, timeout=60)
+    try:
+        x = np.ones(4)
+        comm.Allreduce(x, np.zeros(4))
+        comm.Allreduce(MPI.IN_PLACE, x)
+        comm.Allreduce(x, np.zeros(4), op=MPI.Op.Create(lambda a, b, t: None, commute=True))
+        comm.Iallreduce(x, np.zeros(4)).Wait()
+        comm.Scan(x, np.zeros(4))
+        assert comm.stats == {"Allreduce": {"native": 2, "forwarded": 1},
+                              "Iallreduce": {"native": 1, "forwarded": 0},
+                              "Scan": {"native": 0, "forwarded": 1}}
+    finally:
+        comm.context.close()
+
+
+# -- structure -----------------------------------------------------------------------
+
+def test_dup_split_free(world, adapter):
+    n, r = world.size, world.rank
+    dup = adapter.Dup()
+    assert isinstance(dup, hpccoll.mpi.Comm) and dup.context is adapter.context
+    assert (dup.Get_rank(), dup.Get_size(), dup.rank, dup.size) == (r, n, r, n)
+    assert adapter.Clone().context is adapter.context
+    color = r % 2
+    mine = world.Split(color, key=-r)
+    sub = adapter.Split(color, key=-r)
+    assert (sub.rank, sub.size) == (mine.rank, mine.size)
+    twin(mine, sub, "Allreduce", lambda: ([data("int64", 9, r), y := np.zeros(9, "i8")], [y]))
+    twin(mine, sub, "Alltoallv", lambda: ([data("int64", sub.size, r), y := np.zeros(sub.size, "i8")],
+                                          [y]))
+    assert adapter.Split(MPI.UNDEFINED) == MPI.COMM_NULL
+    shared = adapter.Split_type(MPI.COMM_TYPE_SHARED)
+    shared.Barrier()
+    for c in (dup, sub, shared):
+        c.Free()
+        with pytest.raises(MPI.Exception):
+            c.Allreduce(np.ones(2), np.zeros(2))
+        with pytest.raises(MPI.Exception):     # freeing twice: mpi4py raises too
+            c.Free()
+    mine.Free()
+    with pytest.raises(MPI.Exception):         # as mpi4py: COMM_WORLD cannot be freed
+        adapter.Free()
+    adapter.Barrier()
+
+
+def test_wraps_only_intracommunicators():
+    with pytest.raises(TypeError):
+        hpccoll.mpi.Comm("world")
+    with pytest.raises(hpccoll.ArgumentError):
+        hpccoll.mpi.Comm(MPI.COMM_NULL)
+
+
+def test_shares_an_existing_context():
+    with hpccoll.init(policy=POLICY, timeout=60) as ctx:
+        comm = hpccoll.mpi.Comm(MPI.COMM_WORLD, context=ctx)
+        assert comm.context is ctx
+        y = np.zeros(3)
+        comm.Allreduce(np.ones(3), y)
+        assert (y == comm.size).all()
+        with pytest.raises(hpccoll.ArgumentError):
+            hpccoll.mpi.Comm(MPI.COMM_WORLD, context=ctx, policy="fifo")
+
+
+# -- ranks that disagree ---------------------------------------------------------------
+
+@pytest.mark.mpi(min_size=2)
+def test_disagreeing_counts_raise_collective_mismatch(adapter):
+    """Reduce_scatter's recvcounts must be the same everywhere: one rank's differ, and every
+    rank raises CollectiveMismatch instead of hanging or returning garbage."""
+    n, r = adapter.size, adapter.rank
+    comm = adapter.Dup()
+    counts = [2] * n
+    if r == n - 1:
+        counts = [2] * (n - 1) + [3]
+        counts[0] = 1
+    with pytest.raises(hpccoll.CollectiveMismatch) as info:
+        comm.Reduce_scatter(np.ones(sum(counts)), np.zeros(counts[r]), counts)
+    assert "count" in info.value.fields
+
+
+# -- the deadlock the adapter inherits the cure for -------------------------------------
+
+@pytest.mark.parametrize("count", [5, 50_000])
+def test_divergent_order_on_two_adapted_communicators(world, count):
+    """Even ranks start A's collectives before B's, odd ranks B's before A's, and wait in
+    that order, with one execution slot: run to completion one at a time (NCCL-style)
+    this is a circular wait; under the preemptive policy it completes."""
+    a = hpccoll.mpi.Comm(MPI.COMM_WORLD, policy="preemptive", max_active=1, timeout=60)
+    try:
+        b = a.Dup()
+        assert b.context is a.context and a.context.policy == "preemptive"
+        r = world.rank
+        x = data("float64", count, r)
+        z = data("int32", count * world.size, r, salt=1)
+        reqs = {}
+        order = ["A", "B"] if r % 2 == 0 else ["B", "A"]
+        outs = {"A": (np.zeros(count), np.zeros(count * world.size, "i4")),
+                "B": (np.zeros(count), np.zeros(count * world.size, "i4"))}
+        for name in order:
+            c = a if name == "A" else b
+            reqs[name] = [c.Iallreduce(x, outs[name][0]), c.Ialltoall(z, outs[name][1])]
+        for name in order:
+            hpccoll.mpi.Request.Waitall(reqs[name])
+        want, want_a2a = np.zeros(count), np.zeros_like(z)
+        world.Allreduce(x, want)
+        world.Alltoall(z, want_a2a)
+        for name in "AB":
+            assert_same(outs[name][0], want, world.size, name)
+            np.testing.assert_array_equal(outs[name][1], want_a2a)
+        assert native_calls(a, "Iallreduce") == 1 and native_calls(b, "Iallreduce") == 1
+        assert forwarded_calls(a, "Iallreduce") == 0
+        b.Free()
+    finally:
+        a.context.close()
