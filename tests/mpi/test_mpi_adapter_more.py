@@ -290,3 +290,71 @@ def test_divergent_order_on_two_adapted_communicators(world, count):
         b.Free()
     finally:
         a.context.close()
+
+
+# -- every named datatype, every predefined op: the same outcome as mpi4py ----------------
+
+def _named_numeric_types():
+    from mpi4py.util import dtlib
+    out = []
+    for name in sorted(n for n in dir(MPI) if isinstance(getattr(MPI, n), MPI.Datatype)):
+        t = getattr(MPI, name)
+        if t == MPI.DATATYPE_NULL:
+            continue
+        try:
+            dt = np.dtype(dtlib.to_numpy_dtype(t))
+        except Exception:   # no NumPy equivalent (pair types with padding, LB/UB, ...)
+            continue
+        if dt.kind in "iufcb" and dt.itemsize == t.Get_size():
+            out.append((name, dt))
+    return out
+
+
+NAMED = _named_numeric_types()
+PREDEFINED_OPS = ["SUM", "PROD", "MIN", "MAX", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR"]
+
+
+# the types the issue names: these run natively with every op MPI defines on them
+ISSUE_TYPES = {"INT8_T": "int8", "UINT8_T": "uint8", "INT16_T": "int16", "UINT16_T": "uint16",
+               "INT32_T": "int32", "UINT32_T": "uint32", "INT64_T": "int64", "UINT64_T": "uint64",
+               "SIGNED_CHAR": "int8", "UNSIGNED_CHAR": "uint8", "SHORT": "int16", "INT": "int32",
+               "LONG": "int64", "LONG_LONG": "int64", "UNSIGNED": "uint32",
+               "UNSIGNED_LONG": "uint64", "FLOAT": "float32", "DOUBLE": "float64",
+               "C_FLOAT_COMPLEX": "complex64", "C_DOUBLE_COMPLEX": "complex128", "C_BOOL": "bool"}
+
+
+def test_every_named_datatype_and_op(world, adapter):
+    """Every predefined MPI datatype NumPy can represent, reduced with every predefined op
+    and broadcast: a result equal to mpi4py's, or the very error mpi4py raises (MPI_MAX on
+    a complex type, MPI_SUM on MPI_BYTE, ...)."""
+    from tests.mpi.twins import ops_for
+    assert len(NAMED) > 40 and set(ISSUE_TYPES) <= {name for name, _ in NAMED}
+    r = world.rank
+    native = set()
+    for name, dt in NAMED:
+        t = getattr(MPI, name)
+        x = data(dt, 3, r)
+        twin(world, adapter, "Bcast", lambda: ([[b := x.copy(), t], 0], [b]),
+             native=hpccoll.mpi._types.native_dtype(t) is not None)
+        for opname in PREDEFINED_OPS:
+            op = getattr(MPI, opname)
+            outcome = {}
+            for who, comm in (("mpi4py", world), ("adapter", adapter)):
+                y = np.zeros(3, dt)
+                before = native_calls(adapter, "Allreduce")
+                try:
+                    comm.Allreduce([x, t], [y, t], op)
+                    outcome[who] = y
+                except MPI.Exception as exc:
+                    outcome[who] = ("MPI.Exception", exc.Get_error_class())
+                if native_calls(adapter, "Allreduce") > before:
+                    native.add((name, opname))
+            what = f"{name} {opname}"
+            if isinstance(outcome["mpi4py"], tuple):
+                assert outcome["adapter"] == outcome["mpi4py"], what
+            else:
+                assert_same(outcome["adapter"], outcome["mpi4py"], world.size, what)
+    for name, dtype in ISSUE_TYPES.items():
+        for op in ops_for(dtype):
+            opname = [n for n in PREDEFINED_OPS if getattr(MPI, n) == op][0]
+            assert (name, opname) in native, f"{name} {opname} was not run natively"
