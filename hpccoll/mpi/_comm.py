@@ -103,6 +103,12 @@ class Comm:
         forwarded.__doc__ = attr.__doc__
         return forwarded
 
+    def __setattr__(self, name, value):
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:   # mpi4py's settable properties (name, info) belong to the wrapped communicator
+            setattr(self._mpi, name, value)
+
     # -- the engine of every native method ---------------------------------------------
     def _run(self, name: str, plan, *args):
         """(Work, None) when it ran natively, (None, mpi4py's return value) when forwarded."""

@@ -49,6 +49,7 @@ class VMessage(NamedTuple):
     counts: tuple                 # entries per rank
     displs: tuple                 # entries from the buffer's start, per rank
     device: bool = False
+    offset: int = 0               # v-forms have no message displacement
 
 
 def is_in_place(obj) -> bool:
@@ -124,15 +125,27 @@ def _format_type(fmt: str):
     return as_datatype(fmt)
 
 
+_ARRAY_TYPES: dict = {}   # NumPy dtype -> MPI datatype of its buffer format
+
+
+def _array_type(dt: np.dtype):
+    t = _ARRAY_TYPES.get(dt)
+    if t is None:
+        t = _ARRAY_TYPES[dt] = _format_type(memoryview(np.empty(0, dt)).format)
+    return t
+
+
 def _acquire(obj, readonly: bool):
-    """(flat uint8 view of obj's memory, obj's buffer format)."""
+    """(flat uint8 view of obj's memory, obj's buffer format, or its dtype for arrays)."""
     if isinstance(obj, np.ndarray):
-        if not (obj.flags.c_contiguous or obj.flags.f_contiguous):
+        flags = obj.flags
+        if not (flags.c_contiguous or flags.f_contiguous):
             raise BufferError("buffer is not contiguous")
-        if not readonly and not obj.flags.writeable:
+        if not readonly and not flags.writeable:
             raise BufferError("buffer is not writable")
-        flat = obj.reshape(-1, order="A")   # memory order: a view, C or Fortran contiguous
-        return flat.view(np.uint8), memoryview(obj).format
+        # memory order: a view, C or Fortran contiguous
+        flat = obj if obj.ndim == 1 else obj.reshape(-1, order="A")
+        return flat.view(np.uint8), obj.dtype
     mv = memoryview(obj)
     if not mv.contiguous:
         raise BufferError("buffer is not contiguous")
@@ -151,6 +164,8 @@ def _buffer(buf, typ, readonly: bool):
     base, fmt = _acquire(buf, readonly)
     if typ is not None:
         return base, as_datatype(typ)
+    if isinstance(fmt, np.dtype):
+        return base, _array_type(fmt)
     if isinstance(buf, _BYTE_OBJECTS):
         return base, MPI.BYTE
     return base, _format_type(fmt)
@@ -250,7 +265,7 @@ def vector(msg, readonly: bool, blocks: int) -> VMessage:
 def view(m, dt: np.dtype, count: int, start: int = 0) -> np.ndarray:
     """``count`` entries of ``dt`` from entry ``start`` (after the message's displacement):
     the caller's memory, never a copy."""
-    offset = getattr(m, "offset", 0)
+    offset = m.offset
     avail = 0 if m.base is None else (m.base.size - offset) // dt.itemsize
     if start + count > avail:
         raise ValueError(f"message: {start + count} entries of {dt.name} needed, but the buffer "

@@ -358,3 +358,19 @@ def test_every_named_datatype_and_op(world, adapter):
         for op in ops_for(dtype):
             opname = [n for n in PREDEFINED_OPS if getattr(MPI, n) == op][0]
             assert (name, opname) in native, f"{name} {opname} was not run natively"
+
+
+def test_forwarded_properties_and_new_communicators(adapter):
+    dup = adapter.Dup()
+    dup.name = "renamed"                       # a settable mpi4py property, on the wrapped comm
+    assert dup.name == dup.mpi_comm.Get_name() == "renamed"
+    group = adapter.group
+    made = adapter.Create_group(group)          # forwarded: a plain mpi4py communicator
+    assert isinstance(made, MPI.Intracomm) and not isinstance(made, hpccoll.mpi.Comm)
+    wrapped = hpccoll.mpi.Comm(made, context=adapter.context)
+    y = np.zeros(2, "i8")
+    wrapped.Allreduce(np.ones(2, "i8"), y)
+    assert (y == adapter.size).all() and native_calls(wrapped, "Allreduce") == 1
+    for c in (wrapped, dup):
+        c.Free()
+    group.Free()
