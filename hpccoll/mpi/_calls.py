@@ -92,7 +92,7 @@ def _span(vm) -> int:
 
 def _submit(hc, call):
     hc._check()
-    return hc._submit(call, None)
+    return hc._submit(call, None, None)   # un-keyed, default block count
 
 
 # -- the collectives --------------------------------------------------------------------
