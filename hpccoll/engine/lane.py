@@ -56,10 +56,14 @@ class CpuKernelOps:
     name = "numba-cpu"
 
     def __init__(self, blocks: int):
-        from numba_kernels import cpu
+        from numba_kernels import cpu, ops
         self.k, self.blocks = cpu, blocks
+        self.kernel_ops = ops.COMBINE   # the others (logical, bitwise: mpi4py's) run in NumPy
 
     def reduce(self, op, dst, a, b):
+        if op not in self.kernel_ops:
+            HostOps.reduce(op, dst, a, b)
+            return
         self.k.reduce(op, dst, (a, b), self.blocks)
 
     def copy(self, dst, src):
@@ -71,6 +75,8 @@ class CpuKernelOps:
     def reduce_n(self, op, dst, srcs):
         if len(srcs) == 1:
             self.k.copy(dst, srcs[0], self.blocks)
+        elif op not in self.kernel_ops:
+            HostOps.reduce_n(op, dst, srcs)
         else:
             self.k.reduce(op, dst, srcs, self.blocks)
 

@@ -374,3 +374,16 @@ def test_forwarded_properties_and_new_communicators(adapter):
     for c in (wrapped, dup):
         c.Free()
     group.Free()
+
+
+def test_cpu_kernels_fall_back_for_logical_and_bitwise_ops(world):
+    """With Numba CPU kernels on (blocks=), the ops the kernels lack (mpi4py's logical and
+    bitwise ones) still run, in NumPy, on every path (large: the pipelined ring)."""
+    comm = hpccoll.mpi.Comm(MPI.COMM_WORLD, policy=POLICY, timeout=120, blocks=2)
+    try:
+        for count in (5, 40_003):
+            x = data("int32", count, world.rank)
+            for op in (MPI.LAND, MPI.BXOR, MPI.SUM):
+                twin(world, comm, "Allreduce", lambda: ([x, y := np.zeros(count, "i4"), op], [y]))
+    finally:
+        comm.context.close()
