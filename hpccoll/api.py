@@ -65,11 +65,11 @@ _MPI_NATIVE_DTYPES = frozenset(np.dtype(n) for n in (
     "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64"))
 
 
-def _host_lane(call, program, blocks, pool):
+def _host_lane(call, program, blocks, pool, mpi_comm, tag):
     """Host arrays: NumPy ufuncs, or Numba CPU kernels on ``blocks`` threads (compiled
     here, on the calling thread, the first time, never inside the engine)."""
     from .engine import lane as lanes     # cached after the first import: a dict lookup
-    Lane, ops = lanes.Lane, lanes.HostOps
+    ops = lanes.HostOps
     if blocks is not None:
         from numba_kernels import cpu
         if blocks > cpu.max_threads():
@@ -81,13 +81,9 @@ def _host_lane(call, program, blocks, pool):
     dt = call.send.dtype
     raw = pool.get(program.scratch * dt.itemsize) if program.scratch else None
     scratch = raw[:program.scratch * dt.itemsize].view(dt) if raw is not None else _NO_SCRATCH
-    bufs = [call.send.flat, call.recv.flat, scratch]
-
-    def make(mpi_comm, tag):
-        lane = Lane(program, bufs, call.op, mpi_comm, tag, ops)
-        lane.pool, lane._pooled = pool, raw
-        return lane
-    return make
+    lane = lanes.Lane(program, [call.send.flat, call.recv.flat, scratch], call.op, mpi_comm, tag, ops)
+    lane.pool, lane._pooled = pool, raw
+    return lane
 
 
 _NO_SCRATCH = np.empty(0, np.uint8)
@@ -274,7 +270,7 @@ class Communicator:
         if call.send.device:
             make_lane = _device_lane(ctx, call, program, blocks, spec.chunk)
         else:
-            make_lane = _host_lane(call, program, blocks, self._pool)
+            make_lane = None
         work = Work(call.coll, ctx._engine)
         with self._lock:
             if key is None:
@@ -296,11 +292,12 @@ class Communicator:
             fp = None
             if s.check_mismatch and self.size > 1:
                 count = call.count if call.fp_count is None else call.fp_count
-                fp = np.array([COLLECTIVES.index(call.coll) + 1, dtype_code(dt), count,
+                fp = (COLLECTIVES.index(call.coll) + 1, dtype_code(dt), count,
                                call.root, op_code(call.op), ident,
                                registered.fingerprint if registered else 0,
-                               algorithms.ALGO_CODES[algo]], dtype=np.int64)
-            lane = make_lane(mpi_comm, tag)
+                               algorithms.ALGO_CODES[algo])
+            lane = (_host_lane(call, program, blocks, self._pool, mpi_comm, tag)
+                    if make_lane is None else make_lane(mpi_comm, tag))
             if shared:
                 # epochs follow issue order on the communicator: the same on every rank
                 area = shm["area"]

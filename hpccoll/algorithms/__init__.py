@@ -102,6 +102,11 @@ def select(coll: str, choice) -> str:
     message size in bytes, for the MPI-only algorithms)."""
     if not isinstance(choice, Choice):
         choice = Choice(int(choice))
+    return _select(coll, choice)
+
+
+@lru_cache(maxsize=4096)
+def _select(coll: str, choice: Choice) -> str:
     for name, pred, _ in TABLE[coll]:
         if pred(choice):
             return name

@@ -164,8 +164,13 @@ class Engine:
                     continue
                 try:
                     idle = 0
+                    task = work._task
                     while not work._done:
-                        if self._pass():
+                        if self._alone(task):
+                            progressed = self._poll_alone(task, idle)
+                        else:
+                            progressed = self._pass()
+                        if progressed:
                             idle = 0
                             continue
                         idle += 1
@@ -181,6 +186,22 @@ class Engine:
                 self._want -= 1
                 if self._want == 0 and (self._live or self.sq or self._report is not None):
                     self._resume.set()     # work is left: the daemon takes over
+
+    def _alone(self, task) -> bool:
+        """The waited task is the only thing the engine has to do: nothing queued, nothing
+        else live, no report or token to handle.  Then a poll of that task is a whole pass."""
+        return (self._live == 1 and not self.sq and task.t_start is not None
+                and self._report is None and not self._control_tags and self.broken is None)
+
+    def _poll_alone(self, task, idle: int) -> bool:
+        progressed = task.poll()
+        if task.finished:
+            self.retire(task)
+        elif not progressed and idle % CTL_EVERY == 0:
+            self._serve_control()
+            if self.settings.timeout is not None:
+                self._check_timeout()
+        return progressed
 
     def _run(self) -> None:
         s = self.settings

@@ -40,29 +40,28 @@ TRUNCATE_GRACE = 2.0   # seconds a task that saw a truncated message waits for t
 
 
 def fingerprint_lane(fp, comm, mpi_comm, tag):
-    """The direct (or Bruck) allgather of every member's full fingerprint."""
+    """The direct (or Bruck) allgather of every member's full fingerprint (a tuple of ints)."""
     n, r = comm.size, comm.rank
-    chk = build(Spec("allgather", r, n, len(fp)), "direct" if n <= 16 else "bruck")
-    return Lane(chk, [fp, np.empty(n * len(fp), np.int64), np.empty(chk.scratch, np.int64)],
+    mine = np.array(fp, np.int64)
+    chk = build(Spec("allgather", r, n, len(mine)), "direct" if n <= 16 else "bruck")
+    return Lane(chk, [mine, np.empty(n * len(mine), np.int64), np.empty(chk.scratch, np.int64)],
                 None, mpi_comm, tag)
 
 
-def fingerprint_hash(fp) -> int:
-    h = 0x9E3779B97F4A7C15
-    for v in fp.tolist():
-        h = ((h ^ (v & 0xFFFFFFFFFFFFFFFF)) * 0x100000001B3) & ((1 << 62) - 1)
-    return h
+HASH_MASK = (1 << 62) - 1
 
 
 class HashCheck:
     """The cheap check of order-matched collectives (see the module docstring).  Same
-    interface as a Lane for Task.poll: run(), done, pending_peers(), cancel(), rows."""
+    interface as a Lane for Task.poll: run(), done, pending_peers(), cancel(), rows.
+    The hash of a tuple of ints is the same in every process (only str and bytes hashes
+    are salted per process)."""
     __slots__ = ("fp", "h", "pair", "req", "detail", "done", "_args")
 
     def __init__(self, fp, comm, mpi_comm, tag):
         self.fp = fp
-        self.h = fingerprint_hash(fp)
-        self.pair = np.array([self.h, -self.h], np.int64)
+        self.h = hash(fp) & HASH_MASK
+        self.pair = np.array((self.h, -self.h), np.int64)
         self.req = None
         self.detail = None
         self.done = False
@@ -114,7 +113,7 @@ class Task:
         self.seq, self.key = seq, key
         self.key_instance = 0
         self.data = data             # the collective's lane (host or device)
-        self.fp = fp                 # int64 fingerprint, or None when checks are off / 1 rank
+        self.fp = fp                 # fingerprint (tuple of ints), or None: checks off / 1 rank
         self.check = None
         if fp is not None:
             self.check = (HashCheck if key is None else fingerprint_lane)(fp, comm, data.mpi,
@@ -204,7 +203,7 @@ class Task:
         if rows is None:
             return
         rows = rows.reshape(self.comm.size, len(self.fp))
-        if (rows == self.fp).all():
+        if (rows == np.array(self.fp, np.int64)).all():
             return
         world = self.comm.world_ranks
         fields, odd = {}, set()
