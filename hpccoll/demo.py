@@ -26,7 +26,6 @@ COLLS = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "all
 
 def _case(ctx, comm, mpi, coll: str, nbytes: int):
     """(hpccoll call, MPI call, check) for one collective on float32 inputs of ~nbytes."""
-    from mpi4py import MPI
     n, r = comm.size, comm.rank
     count = max(1, nbytes // 4)
     rng = np.random.default_rng(r + 17 * count)

@@ -12,7 +12,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hpccoll  # noqa: E402
 from hpccoll import collectives  # noqa: E402
-from hpccoll.engine import engine as E  # noqa: E402
 
 
 def main(n=2000) -> int:

@@ -14,7 +14,7 @@ from collections import defaultdict, deque
 
 import numpy as np
 
-from hpccoll.algorithms.primitives import (PRECV, PSEND, RECV, SEND, SLOT, Copy, Post, Reduce,
+from hpccoll.algorithms.primitives import (PSEND, RECV, SEND, SLOT, Copy, Post, Reduce,
                                            ReduceN, Scale, Signal, Wait, WaitFlags)
 from hpccoll.buffers import reduce_into, scale_into
 

@@ -69,7 +69,7 @@ def allreduce(spec: Spec):
 
 
 def reduce_scatter(spec: Spec):
-    r, n, m = spec.rank, spec.size, spec.count
+    n, m = spec.size, spec.count
     if n == 1:
         if not spec.inplace and m:
             yield Copy(Region(RECV, 0, m), Region(SEND, 0, m))
@@ -146,7 +146,7 @@ def reduce_scatterv(spec: Spec):
     earlier step has finished, the input it reduces lies at offset(r) + lo >= lo, and the
     only transfers still in flight (n = 2: later chunks of the first step's raw sends) read
     at offsets >= lo + chunk."""
-    r, n, counts = spec.rank, spec.size, spec.counts
+    n, counts = spec.size, spec.counts
     offs = [sum(counts[:b]) for b in range(n)]
     if n == 1:
         if not spec.inplace and counts[0]:

@@ -18,9 +18,9 @@ the same bits.
 from __future__ import annotations
 
 from . import doubling
-from .primitives import (CONSUMED, PRECV, PSEND, READY, RECV, REDUCED, SCRATCH, SEND, SLOT, Copy,
-                         Post, Reduce, ReduceN, Region, Scale, Signal, Wait, WaitFlags,
-                         chunk_ranges, partition)
+from .primitives import (CONSUMED, PRECV, PSEND, READY, RECV, REDUCED, SEND, SLOT, Copy, Post,
+                         Reduce, ReduceN, Region, Scale, Signal, WaitFlags, chunk_ranges,
+                         partition)
 from .spec import Spec
 
 

@@ -5,7 +5,6 @@ the number of ranks and the MPI library's own collectives, never hard-coded.
 """
 import os
 
-import numpy as np
 import pytest
 
 import hpccoll

@@ -4,7 +4,6 @@ numba_kernels' CUDA kernels in Numba's simulator, moved by MPI either staged thr
 host buffers or directly (cuda_aware="yes"); results compared with MPI's own."""
 import numpy as np
 import pytest
-from mpi4py import MPI
 
 import hpccoll
 from tests.devarrays import HostCAI, host

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from hpccoll.algorithms import SHM_ALGOS, TABLE, build
-from hpccoll.algorithms.primitives import SCRATCH, SEND, RECV, Post, Wait, scratch_extent
+from hpccoll.algorithms.primitives import RECV, Post, Wait
 from hpccoll.algorithms.spec import Spec
 from tests import stepsim
 

@@ -14,7 +14,7 @@ from collections import defaultdict, deque
 
 import pytest
 
-from hpccoll.ordering import KIND_REST, KIND_TOKEN, TokenRing
+from hpccoll.ordering import KIND_TOKEN, TokenRing
 
 
 def simulate(n, comms, per_rank_orders, seed, max_steps=200_000):

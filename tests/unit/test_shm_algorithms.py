@@ -116,7 +116,7 @@ def test_hierarchical_allreduce(nodes, per_node):
     n = nodes * per_node
     count, chunk = 50, 12
     xs = data(n, count, seed=n)
-    progs, bufs, slots = [], [], []
+    progs, bufs = [], []
     for r in range(n):
         node, loc = divmod(r, per_node)
         local = tuple(node * per_node + q for q in range(per_node))
@@ -140,8 +140,8 @@ def stepsim_run_by_node(progs, bufs, node_slots, per_node):
     node, addressed by local index."""
     import random
     from collections import defaultdict, deque
-    from hpccoll.algorithms.primitives import (Copy, Post, Reduce, ReduceN, Scale, Signal, Wait,
-                                               WaitFlags, SLOT)
+    from hpccoll.algorithms.primitives import (Copy, Post, Reduce, ReduceN, Signal, Wait,
+                                               WaitFlags)
     from hpccoll.buffers import reduce_into
     n = len(progs)
     rng = random.Random(0)

@@ -45,7 +45,7 @@ class OrderedPolicy:
         if task.comm.size == 1:
             self.run.admit(task)
             return
-        ctl = self._ring_engine()
+        self._ring_engine()
         cid = self.cid(task)
         self.unordered[cid] = task
         members = 0
