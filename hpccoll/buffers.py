@@ -46,14 +46,20 @@ CONTRACT_OPS = ("sum", "prod", "min", "max", "avg")
 _OP_CODE = {name: i + 1 for i, name in enumerate(OPS)}
 
 
+def _is_bfloat16(dt) -> bool:
+    # not `dt == _BFLOAT16`: without ml_dtypes that is `dt == None`, which NumPy reads as
+    # "dt is the default dtype", float64
+    return _BFLOAT16 is not None and dt == _BFLOAT16
+
+
 def dtype_kind(dt: np.dtype) -> str:
-    if dt == _BFLOAT16:
+    if _is_bfloat16(dt):
         return "f"
     return dt.kind
 
 
 def dtype_name(dt: np.dtype) -> str:
-    return "bfloat16" if dt == _BFLOAT16 else dt.name
+    return "bfloat16" if _is_bfloat16(dt) else dt.name
 
 
 def dtype_code(dt: np.dtype) -> int:

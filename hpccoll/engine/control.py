@@ -2,7 +2,8 @@
 communicator, never on a data communicator.
 
 Tags: report requests and replies (watchdog); the ordering token, its rest
-announcements and wake-ups (ordered policy).  Only whoever holds the engine sends or
+announcements and wake-ups (ordered policy); failure notices (a collective failed on
+one member: the others fail it at once instead of waiting for their watchdog).  Only whoever holds the engine sends or
 receives here; sends are nonblocking and their requests are reaped later.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ TAG_REPORT = 12
 TAG_TOKEN = 14
 TAG_REST = 15
 TAG_WAKE = 16
+TAG_FAILED = 17
 
 HOST = socket.gethostname()
 PID = os.getpid()

@@ -19,7 +19,7 @@ import time
 from collections import deque
 
 from . import policies
-from .control import HOST, PID, TAG_REPORT, TAG_REPORT_REQ, Control
+from .control import HOST, PID, TAG_FAILED, TAG_REPORT, TAG_REPORT_REQ, Control
 from .task import FAILED, RUNNING
 from .watchdog import format_report
 from ..errors import CollectiveMismatch, CollectiveTimeout, HpcCollError
@@ -282,10 +282,24 @@ class Engine:
             task.fail(HpcCollError(f"{task.describe()}: {exc}"))
 
     def retire(self, task) -> None:
-        if task.state == FAILED and isinstance(task.error, CollectiveMismatch) \
-                and task.comm.broken is None:
+        if task.state == FAILED and task.comm.broken is None:
+            if not isinstance(task.error, (CollectiveMismatch, CollectiveTimeout)):
+                # every member saw the mismatch or will time out itself; a local failure
+                # (an MPI error, a kernel error) only this rank knows: tell the others
+                me = self.control.rank
+                payload = (task.comm.uid, task.ident, me, f"{type(task.error).__name__}: "
+                           f"{str(task.error).splitlines()[0] if str(task.error) else ''}")
+                self.control.broadcast(payload, task.comm.world_ranks, TAG_FAILED)
             self._break_comm(task.comm, task.error)
         self._complete(task)
+
+    def _on_failed_notice(self, payload) -> None:
+        uid, ident, rank, text = payload
+        for comm in self.ctx._communicators():
+            if comm.uid == uid and comm.broken is None:
+                self._break_comm(comm, HpcCollError(
+                    f"collective {ident} failed on rank {rank} ({text}); communicator "
+                    f"{comm.name!r} is unusable"))
 
     def _complete(self, task, admitted: bool = True) -> None:
         """Hand a finished task back to its Work, exactly once."""
@@ -324,6 +338,8 @@ class Engine:
                 rid, snap = obj
                 if self._report is not None and rid == self._report["id"]:
                     self._report["snaps"][src] = snap
+            elif tag == TAG_FAILED:
+                self._on_failed_notice(obj)
             elif tag in self._control_tags:
                 self.policy.on_control(src, tag, obj)
         ctl.reap()

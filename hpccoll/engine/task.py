@@ -192,6 +192,11 @@ class Task:
         except CollectiveMismatch as exc:
             self.fail(exc)
             return True
+        except Exception as exc:    # a kernel or copy failed: this collective, not the engine
+            err = HpcCollError(f"{self.describe()} failed on this rank: {exc!r}")
+            err.__cause__ = exc
+            self.fail(err)
+            return True
         if progressed:
             self.last_progress = time.monotonic()
         return progressed

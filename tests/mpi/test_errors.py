@@ -170,3 +170,32 @@ def test_unknown_option_is_rejected():
         hpccoll.init(spin_treshold=3)
     with pytest.raises(ArgumentError, match="policy"):
         hpccoll.init(policy="lifo")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_local_failure_reaches_every_member_promptly(mpi_world):
+    """A collective that fails on one rank only (here: its first local copy raises, before
+    it sent anything) fails on every member at once, naming that rank, instead of leaving
+    them to their watchdog."""
+    import time
+    from hpccoll.engine import lane
+    with hpccoll.init(timeout=60, mpi_coll_bytes=0) as ctx:
+        comm = ctx.world.dup(name="fragile")
+        original = lane.HostOps.copy
+        if ctx.rank == 1:
+            def broken(dst, src):
+                raise FloatingPointError("injected")
+            lane.HostOps.copy = staticmethod(broken)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(hpccoll.HpcCollError) as info:
+                comm.allreduce(np.ones(16, np.float64)).wait(timeout=30)
+            assert time.monotonic() - t0 < 10          # long before the 60 s watchdog
+            assert "injected" in str(info.value) or "failed on rank 1" in str(info.value)
+        finally:
+            lane.HostOps.copy = original
+        with pytest.raises(ContextClosed, match="unusable"):
+            comm.barrier()
+        # other communicators are unaffected
+        np.testing.assert_array_equal(ctx.world.allreduce(np.ones(2)).wait(timeout=30),
+                                      np.full(2, ctx.size))

@@ -47,3 +47,10 @@ def test_docs_page_is_generated_from_the_registry():
 def test_describe_lists_sources():
     text = config.describe(config.resolve({"policy": "fifo"}))
     assert "policy" in text and "argument" in text and "HPCCOLL_POLICY" in text
+
+
+def test_dtype_names_with_and_without_bfloat16():
+    import numpy as np
+    from hpccoll.buffers import dtype_name
+    assert dtype_name(np.dtype(np.float64)) == "float64"
+    assert dtype_name(np.dtype(np.float32)) == "float32"
