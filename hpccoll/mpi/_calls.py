@@ -77,6 +77,18 @@ def _reduction(datatype, op):
     return dt, (None if dt is None else native_op(op, datatype, dt))
 
 
+def _reduce_types(r, s, op):
+    """(dtype, hpccoll op) of a reduction with receive buffer r and send buffer s (None:
+    in place), after mpi4py's buffer checks; None to forward (device buffers, or a
+    datatype or op hpccoll lacks)."""
+    if _on_device(r, s):
+        return None
+    if s is not None:
+        _same(s, r)
+    dt, name = _reduction(r.datatype, op)
+    return None if name is None else (dt, name)
+
+
 def _counts(*vms) -> None:
     if any(c < 0 for vm in vms if vm is not None for c in vm.counts):
         raise MPI.Exception(MPI.ERR_COUNT)
@@ -115,13 +127,10 @@ def allreduce(hc, sendbuf, recvbuf, op):
     _op(op)
     r = simple(recvbuf, readonly=False)
     s = None if is_in_place(sendbuf) else simple(sendbuf, readonly=True)
-    if _on_device(r, s):
+    types = _reduce_types(r, s, op)
+    if types is None:
         return FORWARD
-    if s is not None:
-        _same(s, r)
-    dt, name = _reduction(r.datatype, op)
-    if name is None:
-        return FORWARD
+    dt, name = types
     y = view(r, dt, r.count)
     x = y if s is None else view(s, dt, s.count)
     if s is not None:
@@ -238,13 +247,10 @@ def reduce_scatter_block(hc, sendbuf, recvbuf, op):
     else:
         r = simple(recvbuf, readonly=False)
         s = simple(sendbuf, readonly=True, blocks=n)
-    if _on_device(r, s):
+    types = _reduce_types(r, s, op)
+    if types is None:
         return FORWARD
-    if s is not None:
-        _same(s, r)
-    dt, name = _reduction(r.datatype, op)
-    if name is None:
-        return FORWARD
+    dt, name = types
     m = r.count
     if s is None:
         full = view(r, dt, n * m)

@@ -25,6 +25,25 @@ def mpi_world():
     return MPI.COMM_WORLD
 
 
+@pytest.fixture(scope="module")
+def adapter():
+    """An mpi4py-compatible communicator on hpccoll (hpccoll.mpi.Comm), for the adapter tests."""
+    import hpccoll.mpi
+    from mpi4py import MPI
+    comm = hpccoll.mpi.Comm(MPI.COMM_WORLD, policy=POLICY, timeout=60)
+    yield comm
+    comm.context.close()
+
+
+@pytest.fixture(scope="module")
+def world():
+    """A private duplicate of MPI.COMM_WORLD: the mpi4py side of the adapter tests."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD.Dup()
+    yield comm
+    comm.Free()
+
+
 @pytest.fixture
 def comm(ctx):
     """A fresh duplicate per test, so that a test that breaks its communicator (mismatch)

@@ -6,28 +6,13 @@ import pytest
 from mpi4py import MPI
 
 import hpccoll.mpi
-from tests.mpi.conftest import POLICY
-from tests.mpi.twins import (ALL_DTYPES, FORMS, INTS, OP_NAMES, WINDOWED, DISPL, assert_same,
+from tests.mpi.twins import (ALL_DTYPES, FORMS, INTS, WINDOWED, DISPL, assert_same,
                              data, mpi_type, native_calls, ops_for, padded, spec, twin)
 
 pytestmark = pytest.mark.mpi
 
 COUNTS = [0, 1, 7, 300]
 BIG = 40_000   # x 8 B > small_msg_bytes: the ring / chain / pipelined paths
-
-
-@pytest.fixture(scope="module")
-def adapter():
-    comm = hpccoll.mpi.Comm(MPI.COMM_WORLD, policy=POLICY, timeout=60)
-    yield comm
-    comm.context.close()
-
-
-@pytest.fixture(scope="module")
-def world():
-    comm = MPI.COMM_WORLD.Dup()
-    yield comm
-    comm.Free()
 
 
 def close(n):
@@ -45,7 +30,6 @@ def test_allreduce(world, adapter, dtype):
         for i, op in enumerate(ops_for(dtype)):
             form = FORMS[(i + count) % len(FORMS)]
             x = data(dtype, count, r, salt=i)
-            t = f"{OP_NAMES[op.py2f()]} {form} x{count}"
 
             def out_of_place():
                 send, recv = padded(x, form), padded(np.zeros(count, dtype), form)

@@ -13,20 +13,6 @@ from tests.mpi.twins import assert_same, data, forwarded_calls, native_calls, tw
 pytestmark = pytest.mark.mpi
 
 
-@pytest.fixture(scope="module")
-def adapter():
-    comm = hpccoll.mpi.Comm(MPI.COMM_WORLD, policy=POLICY, timeout=60)
-    yield comm
-    comm.context.close()
-
-
-@pytest.fixture(scope="module")
-def world():
-    comm = MPI.COMM_WORLD.Dup()
-    yield comm
-    comm.Free()
-
-
 # -- malformed arguments: the exception mpi4py raises, raised before anything is queued --
 
 def _x(n=4, dt="i4"):
