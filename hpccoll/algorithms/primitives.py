@@ -182,7 +182,7 @@ def scratch_extent(program: Iterable) -> int:
 
     def see(reg: Region):
         nonlocal top
-        if reg.buf is SCRATCH or reg.buf == SCRATCH:
+        if reg.buf == SCRATCH:
             top = max(top, reg.off + reg.n)
 
     for p in program:

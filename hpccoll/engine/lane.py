@@ -258,10 +258,8 @@ class Lane:
         recv_from, send_to = set(), set()
         w = self.waiting
         if isinstance(w, WaitFlags):
-            i = w.flag * 8
-            need = self.shm.base + w.epoch
-            return {self.shm.local[q] for q in w.peers
-                    if self.shm.area.flags[q][i] < need}, send_to
+            late = self.shm.area.behind(w.flag, self.shm.base + w.epoch, w.peers)
+            return {self.shm.local[q] for q in late}, send_to
         if self.waiting is not None and self.waiting in self.inflight:
             reqs, descr, _ = self.inflight[self.waiting]
             for still, (kind, peer, _) in zip(transport.pending(reqs), descr):

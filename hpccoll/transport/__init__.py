@@ -1,16 +1,10 @@
-"""Transports, in the order they are tried.
+"""Transports: how a collective's bytes move.
 
-Only MPI point-to-point exists today; it works everywhere (any MPI, any placement)
-and is therefore last: faster transports (node-shared memory, CUDA IPC) go
-before it as they land, each with a predicate saying when it can connect.
+- ``mpi``: MPI point-to-point on the communicator's private duplicates (works with any
+  MPI and any placement);
+- ``shm``: node-shared memory set up by MPI (``MPI.Win.Allocate_shared``) for the ranks
+  of a communicator that share a node.
+
+Which one a collective uses is decided by the algorithm table
+(``hpccoll.algorithms.TABLE``), whose rows are ordered by preference.
 """
-from __future__ import annotations
-
-TRANSPORTS = ("mpi",)
-
-
-def get(name: str = "mpi"):
-    if name == "mpi":
-        from . import mpi
-        return mpi
-    raise KeyError(name)

@@ -79,8 +79,10 @@ class ShmArea:
         start = CTRL_BYTES + index * self.slot_bytes
         return self.segs[q][start:start + self.slot_bytes]
 
-    def flag_values(self) -> list:
-        return [[int(f[i * FLAG_STRIDE]) for i in range(3)] for f in self.flags]
+    def behind(self, flag: int, value: int, peers) -> list:
+        """The peers whose counter ``flag`` has not reached ``value`` (diagnosis)."""
+        i = flag * FLAG_STRIDE
+        return [q for q in peers if self.flags[q][i] < value]
 
     def free(self) -> None:
         try:
