@@ -55,6 +55,7 @@ class Communicator:
         from .pool import BufferPool
         self._pool = BufferPool()      # scratch space, reused by the collectives
         self._freed = False
+        self._express = None
         if mpi_comm == MPI.COMM_NULL:
             self._mpi = None
             self.rank, self.size, self.world_ranks = -1, 0, ()
@@ -74,6 +75,8 @@ class Communicator:
         ub = ctx._ctl.Get_attr(MPI.TAG_UB) or 32767
         self._tag_space = max(2, (int(ub) + 1) // 2)
         ctx._register(self)
+        from .express import Express
+        self._express = Express(self)
 
     def __repr__(self) -> str:
         return f"<hpccoll.Communicator {self.name!r} rank {self.rank} of {self.size}>"
@@ -131,6 +134,10 @@ class Communicator:
 
     # -- collectives ---------------------------------------------------------------------
     def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
+        if key is None and blocks is None and self._express is not None:
+            work = self._express.allreduce(sendbuf, recvbuf, op)
+            if work is not None:
+                return work
         self._check()
         return self._submit(collectives.allreduce(self, sendbuf, recvbuf, op), key, blocks)
 
@@ -139,6 +146,10 @@ class Communicator:
         return self._submit(collectives.reduce(self, sendbuf, recvbuf, op, root), key, blocks)
 
     def broadcast(self, buf, root=0, key=None, blocks=None) -> Work:
+        if key is None and blocks is None and self._express is not None:
+            work = self._express.broadcast(buf, root)
+            if work is not None:
+                return work
         self._check()
         return self._submit(collectives.broadcast(self, buf, root), key, blocks)
 
@@ -155,6 +166,10 @@ class Communicator:
         return self._submit(collectives.alltoall(self, sendbuf, recvbuf), key, blocks)
 
     def barrier(self, key=None) -> Work:
+        if key is None and self._express is not None:
+            work = self._express.barrier()
+            if work is not None:
+                return work
         self._check()
         return self._submit(collectives.barrier(self), key, None)
 

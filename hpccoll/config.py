@@ -180,6 +180,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("close_timeout", float, 60.0,
             "Seconds close() waits for the other ranks to close before giving up with a warning.",
             minimum=0.0),
+    Setting("express", bool, True,
+            "Preemptive policy: an order-matched collective small enough for the MPI library's own "
+            "collective (mpi_coll_bytes) starts on the calling thread, skipping the engine's queue, "
+            "when its communicator has nothing queued before it (see docs/performance.md)."),
     Setting("inline_bytes", int, 4096,
             "Collectives up to this size are driven by the calling thread when the engine is idle, "
             "avoiding the thread hand-off (0 disables).", minimum=0, parse=_parse_size),

@@ -178,7 +178,9 @@ def submit(comm, call: collectives.Call, key: Optional[str], blocks) -> Work:
         if s.check_mismatch and comm.size > 1:
             count = call.count if call.fp_count is None else call.fp_count
             fp = (COLLECTIVES.index(call.coll) + 1, dtype_code(dt), count, call.root,
-                  op_code(call.op), ident, registered.fingerprint if registered else 0,
+                  op_code(call.op), ident,
+                  # only where peers read my buffers does it matter where they live
+                  registered.fingerprint if spec.registered else 0,
                   algorithms.ALGO_CODES[algo])
         lane = (host_lane(call, program, blocks, comm._pool, mpi_comm, tag)
                 if make_lane is None else make_lane(mpi_comm, tag))

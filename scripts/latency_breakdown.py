@@ -2,7 +2,11 @@
 """Where an 8 B allreduce spends its time on this machine (run under mpiexec -n 2):
 each stage timed with perf_counter around the real calls, medians over many operations,
 next to the MPI library's own Allreduce and Iallreduce.  The stage timers themselves
-cost about a microsecond each."""
+cost about a microsecond each.
+
+Two paths: the general one (``express=False``: validation, planning, a queued task, the
+engine's pass) stage by stage, then the express path (hpccoll/express.py, the default
+under the preemptive policy) as call and wait, with the mismatch check on and off."""
 import sys
 import time
 from pathlib import Path
@@ -14,10 +18,31 @@ import hpccoll  # noqa: E402
 from hpccoll import collectives  # noqa: E402
 
 
+def express(world, n, check: bool) -> tuple:
+    """(call, wait, total) medians of the express path, seconds."""
+    ctx = hpccoll.init(policy="preemptive", express=True, check_mismatch=check)
+    x = np.ones(2, np.float32)
+    out = np.empty_like(x)
+    call, wait, total = [], [], []
+    for i in range(n + 100):
+        world.Barrier()
+        t0 = time.perf_counter()
+        w = ctx.world.allreduce(x, out)
+        t1 = time.perf_counter()
+        w.wait()
+        t2 = time.perf_counter()
+        if i >= 100:
+            call.append(t1 - t0)
+            wait.append(t2 - t1)
+            total.append(t2 - t0)
+    ctx.close()
+    return tuple(float(np.median(v)) for v in (call, wait, total))
+
+
 def main(n=2000) -> int:
     from mpi4py import MPI
     world = MPI.COMM_WORLD
-    ctx = hpccoll.init()
+    ctx = hpccoll.init(policy="preemptive", express=False)
     comm, eng = ctx.world, ctx._engine
     x = np.ones(2, np.float32)
     out = np.empty_like(x)
@@ -79,13 +104,22 @@ def main(n=2000) -> int:
     t_all = mpi_time(lambda: mpi_comm.Allreduce(x, out))
     t_iall = mpi_time(iall)
     ctx.close()
+    fast = {check: express(world, n, check) for check in (True, False)}
     if world.rank == 0:
         print(f"8 B float32 allreduce, {world.size} ranks, medians of {n} on rank 0 (us)")
+        print("general path (express=False):")
         for k, v in stages.items():
             print(f"  {k:<28}{np.median(v) * 1e6:>8.1f}")
+        for check, (call, wait, total) in fast.items():
+            print(f"express path, check_mismatch={check}:")
+            print(f"  {'call (accept, task, post)':<28}{call * 1e6:>8.1f}")
+            print(f"  {'wait (polls, completion)':<28}{wait * 1e6:>8.1f}")
+            print(f"  {'total':<28}{total * 1e6:>8.1f}")
         print(f"  {'MPI Allreduce':<28}{t_all * 1e6:>8.1f}")
         print(f"  {'MPI Iallreduce + Test':<28}{t_iall * 1e6:>8.1f}")
-        print(f"  ratio total / MPI Allreduce{np.median(stages['total']) / t_all:>8.1f}")
+        print(f"  ratio general / MPI Allreduce{np.median(stages['total']) / t_all:>7.1f}")
+        for check, (_, _, total) in fast.items():
+            print(f"  ratio express (check {'on' if check else 'off'}) / MPI{total / t_all:>6.1f}")
     return 0
 
 

@@ -75,6 +75,10 @@ class Engine:
         self.last_progress = time.monotonic()   # any task's progress, for the watchdog
         self.trace = deque(maxlen=1_000_000) if settings.trace else None
         self._live = 0
+        # express collectives (hpccoll/express.py): started by the caller, outside the policy
+        self.express: list = []
+        self.express_ok = settings.express and getattr(self.policy, "express", False) \
+            and settings.mpi_coll_bytes > 0
         # counters (per daemon)
         self.passes = self.parks = self.wakeups = 0
         self.switches = 0
@@ -93,7 +97,22 @@ class Engine:
             self.wake.set()
 
     def idle(self) -> bool:
-        return self._live == 0 and not self.sq
+        return self._live == 0 and not self.sq and not self.express
+
+    def start_express(self, task) -> None:
+        """Start an express task now (the caller holds ``lock``); it is polled with the
+        others until it finishes."""
+        task.express = True
+        if self.trace is not None:
+            task.yield_times = []
+        self.express.append(task)
+        self.launch(task)
+        if task.finished:
+            self.retire(task)
+
+    def live(self) -> list:
+        """Every admitted task that has not finished: the policy's, then express ones."""
+        return list(self.policy.live()) + self.express
 
     def poke(self) -> None:
         """One pass if nobody else is driving (Work.test())."""
@@ -104,7 +123,7 @@ class Engine:
                 self.lock.release()
 
     def pending(self) -> int:
-        return self._live + len(self.sq)
+        return self._live + len(self.sq) + len(self.express)
 
     def stop(self, wait: float = 10.0) -> None:
         self._stop = True
@@ -149,11 +168,23 @@ class Engine:
         """Called by Work.wait(): the waiting thread drives the engine itself, so the result
         needs no hand-off between threads (a hand-off costs the waiter a GIL switch
         interval when the engine thread is busy).  The daemon steps aside meanwhile."""
+        task = work._task
+        if task.express and timeout is None and self.lock.acquire(blocking=False):
+            # an express collective usually ends within a few polls: poll it right away,
+            # without the hand-over from the daemon (it waits for the lock meanwhile)
+            try:
+                for _ in range(self.settings.spin_polls):
+                    task.poll()
+                    if task.finished:
+                        self.retire(task)
+                        return
+            finally:
+                self.lock.release()
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._want_lock:
             self._want += 1
             self._resume.clear()
-        old_slack = _SET_SLACK(FINE_SLACK_NS) if _SET_SLACK else None
+        old_slack = None
         try:
             while not work._done:
                 left = None if deadline is None else deadline - time.monotonic()
@@ -176,6 +207,8 @@ class Engine:
                         idle += 1
                         if deadline is not None and time.monotonic() > deadline:
                             return
+                        if idle > self.settings.spin_polls and old_slack is None and _SET_SLACK:
+                            old_slack = _SET_SLACK(FINE_SLACK_NS)   # about to sleep
                         self._backoff(idle)
                 finally:
                     self.lock.release()
@@ -184,13 +217,14 @@ class Engine:
                 _SET_SLACK(old_slack)
             with self._want_lock:
                 self._want -= 1
-                if self._want == 0 and (self._live or self.sq or self._report is not None):
+                if self._want == 0 and (self._live or self.sq or self.express
+                                        or self._report is not None):
                     self._resume.set()     # work is left: the daemon takes over
 
     def _alone(self, task) -> bool:
         """The waited task is the only thing the engine has to do: nothing queued, nothing
         else live, no report or token to handle.  Then a poll of that task is a whole pass."""
-        return (self._live == 1 and not self.sq and task.t_start is not None
+        return (self._live + len(self.express) == 1 and not self.sq and task.t_start is not None
                 and self._report is None and not self._control_tags and self.broken is None)
 
     def _poll_alone(self, task, idle: int) -> bool:
@@ -216,7 +250,7 @@ class Engine:
                     continue
                 with self.lock:
                     progressed = self._pass()
-                if self._stop and (self._live == 0 and not self.sq or self.broken is not None):
+                if self._stop and (self.idle() or self.broken is not None):
                     return
                 if progressed:
                     idle = 0
@@ -224,7 +258,7 @@ class Engine:
                 idle += 1
                 if self.sq:
                     continue
-                if self._live == 0 and self._report is None:
+                if self._live == 0 and not self.express and self._report is None:
                     # no work: a few slow polls (idle_polls), then park until a submission;
                     # a parked daemon still serves control messages every PARK_SECONDS
                     if idle > s.idle_polls:
@@ -240,9 +274,9 @@ class Engine:
             err = HpcCollError(f"hpccoll engine thread failed: {exc!r}")
             err.__cause__ = exc
             self._break(err)
-            for t in list(self.policy.live()) + list(self.sq):
+            for t in self.live() + list(self.sq):
                 t.fail(err)
-                self._complete(t, admitted=t in self.policy.live())
+                self._complete(t, admitted=t.express or t in self.policy.live())
 
     def _pass(self) -> bool:
         progressed = False
@@ -262,6 +296,9 @@ class Engine:
             if self.policy.step(self):
                 progressed = True
                 self.last_progress = time.monotonic()
+        if self.express and self.broken is None and self._poll_express():
+            progressed = True
+            self.last_progress = time.monotonic()
         self.passes += 1
         if not progressed or self._control_tags or self.passes % CTL_EVERY == 0:
             self._serve_control()
@@ -269,6 +306,15 @@ class Engine:
             self._check_timeout()
         if self._report is not None:
             self._report_progress()
+        return progressed
+
+    def _poll_express(self) -> bool:
+        progressed = False
+        for task in list(self.express):
+            if task.poll():
+                progressed = True
+            if task.finished:
+                self.retire(task)
         return progressed
 
     # -- task lifecycle (called by policies) ------------------------------------------------
@@ -306,7 +352,9 @@ class Engine:
         if task.retired:
             return
         task.retired = True
-        if admitted:
+        if task.express:
+            self.express.remove(task)
+        elif admitted:
             self.policy.remove(task)
             self._live -= 1
         if self.trace is not None:
@@ -323,7 +371,7 @@ class Engine:
         its tags): fail everything pending on it.  Every member saw the same fingerprints,
         so every member breaks it at the same collective."""
         comm.broken = exc
-        for other in list(self.policy.live()):
+        for other in self.live():
             if other.comm is comm:
                 other.fail(exc)
                 self._complete(other)
@@ -348,7 +396,7 @@ class Engine:
         status = "ok" if self.broken is None else f"failed: {type(self.broken).__name__}"
         # a rank whose own watchdog already fired reports what was pending when it did
         tasks = self._last_tasks if self.broken is not None and self._last_tasks is not None \
-            else [t.snapshot() for t in self.policy.live()]
+            else [t.snapshot() for t in self.live()]
         return {"rank": self.control.rank, "host": HOST, "pid": PID, "status": status,
                 "policy": self.policy.name, "tasks": tasks}
 
@@ -360,7 +408,7 @@ class Engine:
         now = time.monotonic()
         limit = self.settings.timeout
         stalled = now - self.last_progress > limit
-        for t in self.policy.live():
+        for t in self.live():
             if t.state == RUNNING and now - t.last_progress > limit:
                 self._start_report(t, now - t.last_progress)
                 return
@@ -393,7 +441,7 @@ class Engine:
             f"rank {self.control.rank}: {rep['trigger']['what']} made no progress for "
             f"{rep['trigger']['idle']:.1f} s (timeout={self.settings.timeout:g})", text)
         self._break(exc)
-        for t in list(self.policy.live()):
+        for t in self.live():
             t.fail(exc)
             self._complete(t)
 

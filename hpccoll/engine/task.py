@@ -99,7 +99,7 @@ class HashCheck:
 class Task:
     __slots__ = (
         "work", "comm", "coll", "dtype", "count", "root", "op", "seq", "key", "key_instance",
-        "data", "check", "prev",
+        "data", "check", "prev", "express",
         "fp", "state", "error", "result", "doomed", "retired", "gseq",
         # counters and times (reports, traces, policies)
         "t_issue", "t_start", "t_end", "last_progress", "polls", "tries", "yields",
@@ -119,6 +119,7 @@ class Task:
             self.check = (HashCheck if key is None else fingerprint_lane)(fp, comm, data.mpi,
                                                                           data.tag + 1)
         self.prev = None             # the communicator's previous order-matched task
+        self.express = False         # started on the calling thread (hpccoll/express.py)
         self.result = result
         self.state = QUEUED
         self.error = None

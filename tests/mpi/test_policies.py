@@ -36,7 +36,8 @@ def test_keyed_any_order_single_slot(policy):
 @pytest.mark.mpi(min_size=2)
 def test_preemption_counters():
     """AB/BA with one slot: at least one collective must yield, and counters add up."""
-    with hpccoll.init(policy="preemptive", max_active=1, timeout=30) as ctx:
+    # express=False: tiny collectives would otherwise start at once, outside the slots
+    with hpccoll.init(policy="preemptive", max_active=1, timeout=30, express=False) as ctx:
         a, b = ctx.world.dup(), ctx.world.dup()
         first, second = (a, b) if ctx.rank % 2 == 0 else (b, a)
         w1, w2 = first.allreduce(np.ones(8)), second.allreduce(np.ones(8))

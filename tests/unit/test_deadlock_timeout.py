@@ -39,3 +39,15 @@ def test_fifo_abba_three_ranks_and_report_lists_every_rank():
     assert proc.stdout.count("timeout") == 3
     for r in range(3):
         assert f"rank {r} (" in proc.stderr
+
+
+def test_express_collective_a_rank_never_joins_times_out():
+    """The express path (a tiny allreduce started on the calling thread) is watched like
+    every other collective: the report says who never arrived."""
+    script = str(Path(__file__).parents[1] / "scripts" / "express_stall.py")
+    proc = launch.run(2, [script, "2"], timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = sorted(l.split()[:3] for l in proc.stdout.splitlines() if l.startswith("RESULT"))
+    assert lines == [["RESULT", "0", "timeout"], ["RESULT", "1", "absent"]], proc.stdout
+    assert "waiting on rank(s) 1" in proc.stderr
+    assert "not on rank(s) 1" in proc.stderr

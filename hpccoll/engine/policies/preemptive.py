@@ -31,6 +31,9 @@ from collections import deque
 
 class PreemptivePolicy:
     name = "preemptive"
+    # tiny MPI-row collectives may start on the calling thread (hpccoll/express.py): a
+    # collective waiting on its MPI request would yield its slot here anyway
+    express = True
 
     def __init__(self, settings):
         self.max_active = settings.max_active

@@ -1,0 +1,282 @@
+"""The express path: a tiny order-matched collective started on the calling thread.
+
+An allreduce, broadcast or barrier that the algorithm table would give to the MPI
+library's own nonblocking collective (the ``mpi`` row: no key, host arrays, an MPI dtype
+and op, at most ``mpi_coll_bytes``) needs none of the general path's planning: no
+algorithm choice, no program, no scratch, no queue.  Here it is recognised by a short
+accept test, becomes a Task over an ``ExpressLane``, and posts its MPI collectives before
+the call returns; ``wait()`` then polls that one request pair.  Anything the accept test
+does not recognise (another type, a non-contiguous array, a key, blocks=, a bad argument)
+returns None and takes the general path, which is also where the error messages come from.
+
+It is the same task as on the general path, so nothing else changes: the mismatch check
+(the fingerprint is the one the general path computes, so a rank on the express path and
+a rank on the general path agree), watchdog reports, traces, callbacks, counters.
+
+Why starting at once is safe:
+
+- MPI needs a communicator's collectives started in the same order on every rank.  An
+  express collective starts only when this communicator's previous order-matched
+  collective has started (as ``Task.startable`` requires), and it takes its sequence
+  number under the communicator's lock while holding the engine, so no queued task of the
+  communicator can slip in front of it.
+- It never blocks: the MPI library progresses the collective, and the task waits in the
+  engine's express list, polled by ``wait()`` or by the daemon, without an execution
+  slot.  That is what the preemptive policy would do with it anyway (a waiting
+  collective yields its slot).  The fifo and ordered policies promise a launch order
+  (issue order with run-to-completion slots; a global order negotiated by the token), so
+  under them every collective takes the general path.
+"""
+from __future__ import annotations
+
+from time import monotonic
+
+import numpy as np
+from mpi4py import MPI
+
+from .algorithms import ALGO_CODES, Program
+from .algorithms.spec import COLLECTIVES
+from .buffers import dtype_code, op_code
+from .engine.task import DONE, HASH_MASK, QUEUED, RUNNING, HashCheck, Task
+from .work import Work
+
+_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX, "avg": MPI.SUM}
+# the dtypes the general path hands to MPI (submit._MPI_NATIVE_DTYPES) and their codes
+_DTYPES = {np.dtype(n): dtype_code(np.dtype(n)) for n in (
+    "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64")}
+_OP_CODES = {op: op_code(op) for op in _OPS}
+_COLL_CODES = {c: COLLECTIVES.index(c) + 1 for c in ("allreduce", "broadcast", "barrier")}
+_MPI_ALGO = ALGO_CODES["mpi"]
+PROGRAM = Program("mpi", (), 0, 1, 0, True)    # what traces, counters and reports show
+_NONE = {}                                      # an express lane has no point-to-point transfers
+LOCK_WAIT = 0.001                               # seconds: longer than one engine pass
+
+
+class _MpiOps:
+    name = "mpi"
+
+
+class ExpressLane:
+    """The data lane of an express collective: one MPI nonblocking collective.  Same
+    interface as a Lane for Task.poll, which takes over only to explain a mismatch."""
+    __slots__ = ("mpi", "tag", "kind", "send", "recv", "mop", "root", "divisor", "req", "done",
+                 "waits_done", "bytes_moved")
+    program = PROGRAM
+    ops = _MpiOps
+    inflight = _NONE
+
+    def __init__(self, mpi_comm, tag, kind, send, recv, mop=None, root=0, divisor=0):
+        self.mpi, self.tag, self.kind = mpi_comm, tag, kind
+        self.send, self.recv, self.mop, self.root, self.divisor = send, recv, mop, root, divisor
+        self.req = None
+        self.done = False
+        self.waits_done = self.bytes_moved = 0
+
+    def post(self):
+        if self.kind == "allreduce":
+            self.req = self.mpi.Iallreduce(self.send, self.recv, self.mop)
+        elif self.kind == "broadcast":
+            self.req = self.mpi.Ibcast(self.recv, self.root)
+        else:
+            self.req = self.mpi.Ibarrier()
+        return self.req
+
+    def finish(self) -> None:
+        """The request completed."""
+        if self.divisor:      # avg: every rank divides the same sum by the same number
+            np.divide(self.recv, self.divisor, out=self.recv, casting="unsafe")
+        self.done = True
+        self.waits_done = 1
+        self.bytes_moved = self.recv.nbytes if self.recv is not None else 0
+
+    def run(self) -> bool:
+        if self.done or not self.req.Test():
+            return False
+        self.finish()
+        return True
+
+    def pending_peers(self):
+        return ({-1} if not self.done else set()), set()   # -1: every peer (an MPI collective)
+
+    def cancel(self) -> None:
+        """MPI collectives cannot be cancelled; the communicator is broken anyway."""
+
+    def release(self) -> None:
+        """Nothing pooled."""
+
+
+class ExpressTask(Task):
+    """A Task whose start posts the check's and the data's MPI collectives (in that order,
+    like the general path) and whose poll tests the two requests.  The check lane (HashCheck) is made only when the hashes
+    differ, to explain who differs and how."""
+    __slots__ = ("creq", "h", "pair")
+
+    def __init__(self, work, comm, coll, dtype, count, root, op, seq, data, result, fp):
+        self.work, self.comm = work, comm
+        self.coll, self.dtype, self.count, self.root, self.op = coll, dtype, count, root, op
+        self.seq, self.key, self.key_instance = seq, None, 0
+        self.data, self.fp, self.check, self.prev = data, fp, None, None
+        self.express = True
+        self.result = result
+        self.state = QUEUED
+        self.error = self.doomed = self.gseq = self.yield_times = None
+        self.retired = False
+        self.t_issue = self.last_progress = monotonic()
+        self.t_start = self.t_end = None
+        self.polls = self.tries = self.yields = self.yields_progress = 0
+        self.spins = self.threshold = 0
+        self.consecutive = 1
+        self.made_progress = False
+        self.h = self.pair = self.creq = None
+
+    def start(self) -> None:
+        self.state = RUNNING
+        self.t_start = self.last_progress = monotonic()
+        if self.fp is None:
+            self.data.post()
+        else:
+            self.h = h = hash(self.fp) & HASH_MASK
+            self.pair = np.array((h, -h), np.int64)
+            self.creq = self.data.mpi.Iallreduce(MPI.IN_PLACE, self.pair, op=MPI.MIN)
+            self.data.post()
+        self.poll()
+
+    def poll(self) -> bool:
+        if self.check is not None:
+            return Task.poll(self)      # explaining a mismatch: the general path
+        if self.state != RUNNING:
+            return False
+        self.polls += 1
+        progressed = False
+        try:
+            # the check completes even where the data cannot (ranks disagree)
+            if self.h is not None and self.creq.Test():
+                if not self._agreed():
+                    return self._explain()
+                progressed = True
+            data = self.data
+            if not data.done and data.req.Test():
+                data.finish()
+                progressed = True
+        except MPI.Exception as exc:
+            self._mpi_error(exc)
+            return True
+        if data.done and self.h is None:
+            self.state = DONE
+            self.t_end = monotonic()
+        if progressed:
+            self.last_progress = monotonic()
+        return progressed
+
+    def _agreed(self) -> bool:
+        """The check's request completed: did every member's hash equal ours?"""
+        h, pair = self.h, self.pair
+        if pair[0] == h and -pair[1] == h:
+            self.h = self.creq = None
+            return True
+        return False
+
+    def _explain(self) -> bool:
+        """Hashes differ: exchange the full fingerprints (HashCheck's detail lane) and let
+        Task.poll raise the CollectiveMismatch that names who differs."""
+        check = HashCheck(self.fp, self.comm, self.data.mpi, self.data.tag + 1)
+        check.pair, check.req = self.pair, MPI.REQUEST_NULL   # its allreduce is the one done
+        self.check = check
+        Task.poll(self)
+        return True
+
+
+class Express:
+    """A communicator's express path (see the module docstring).  Each method returns the
+    started collective's Work, or None: take the general path."""
+
+    def __init__(self, comm):
+        ctx = comm._ctx
+        s = ctx.settings
+        self.comm, self.engine = comm, ctx._engine
+        self.ctx = ctx
+        self.limit = s.mpi_coll_bytes
+        self.check = s.check_mismatch and comm.size > 1
+        self.size = comm.size
+
+    def _ready(self) -> bool:
+        comm, eng = self.comm, self.engine
+        prev = comm._last_ordered
+        return (comm.broken is None and eng.broken is None and not comm._freed
+                and not self.ctx._closed and eng.express_ok
+                and (prev is None or prev.t_start is not None or prev.finished))
+
+    def allreduce(self, x, out, op):
+        if x.__class__ is not np.ndarray or op.__class__ is not str:
+            return None
+        mop = _OPS.get(op)
+        dt = x.dtype
+        code = _DTYPES.get(dt)
+        if (mop is None or code is None or x.nbytes > self.limit or not x.size
+                or not x.flags.c_contiguous or (op == "avg" and dt.kind != "f")):
+            return None
+        if out is None:
+            send, recv = x, np.empty(x.size, dt)
+            result = recv
+        elif out is x:
+            if not x.flags.writeable:
+                return None
+            send, recv, result = MPI.IN_PLACE, x, x
+        elif (out.__class__ is not np.ndarray or out.dtype != dt or out.size != x.size
+              or not out.flags.c_contiguous or not out.flags.writeable
+              or np.may_share_memory(x, out)):
+            return None
+        else:
+            send, recv, result = x, out, out
+        return self._start("allreduce", dt, code, x.size, 0, op, result,
+                           send, recv, mop, 0, self.size if op == "avg" else 0)
+
+    def broadcast(self, buf, root):
+        if (buf.__class__ is not np.ndarray or root.__class__ is not int
+                or not 0 <= root < self.size):
+            return None
+        dt = buf.dtype
+        code = _DTYPES.get(dt)
+        if (code is None or buf.nbytes > self.limit or not buf.size
+                or not buf.flags.c_contiguous
+                or (root != self.comm.rank and not buf.flags.writeable)):
+            return None
+        return self._start("broadcast", dt, code, buf.size, root, None, buf,
+                           None, buf, None, root, 0)
+
+    def barrier(self):
+        if self.limit <= 0:
+            return None
+        return self._start("barrier", _U8, _DTYPES[_U8], 0, 0, None, None,
+                           None, None, None, 0, 0)
+
+    def _start(self, coll, dt, code, count, root, op, result, send, recv, mop, mroot, divisor):
+        eng, comm = self.engine, self.comm
+        # Only the daemon can hold the engine when nobody waits, and only for one pass; a
+        # thread in wait() may hold it for long: then the general path, without waiting.
+        if not self._ready() or eng._want or not eng.lock.acquire(timeout=LOCK_WAIT):
+            return None
+        try:
+            with comm._lock:
+                prev = comm._last_ordered      # again, now that no submission can interleave
+                if prev is not None and prev.t_start is None and not prev.finished:
+                    return None
+                seq = comm._seq
+                comm._seq += 1
+                tag = (seq % comm._tag_space) * 2
+                fp = None
+                if self.check:    # exactly the general path's fingerprint (submit.py)
+                    fp = (_COLL_CODES[coll], code, count, root, _OP_CODES.get(op, 0), seq, 0,
+                          _MPI_ALGO)
+                work = Work(coll, eng)
+                lane = ExpressLane(comm._data, tag, coll, send, recv, mop, mroot, divisor)
+                task = ExpressTask(work, comm, coll, dt, count, root, op, seq, lane, result, fp)
+                work._task = task
+                comm._last_ordered = task
+                eng.start_express(task)
+            return work
+        finally:
+            eng.lock.release()
+
+
+_U8 = np.dtype(np.uint8)
