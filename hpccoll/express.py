@@ -176,14 +176,26 @@ class ExpressTask(Task):
             return True
         return False
 
+    def _hand_over(self, req) -> None:
+        """From now on the general Task.poll runs this task, with a HashCheck lane that
+        continues this check (``req``: its request, still pending or already done)."""
+        check = HashCheck(self.fp, self.comm, self.data.mpi, self.data.tag + 1)
+        check.pair, check.req = self.pair, req
+        self.check = check
+
     def _explain(self) -> bool:
         """Hashes differ: exchange the full fingerprints (HashCheck's detail lane) and let
         Task.poll raise the CollectiveMismatch that names who differs."""
-        check = HashCheck(self.fp, self.comm, self.data.mpi, self.data.tag + 1)
-        check.pair, check.req = self.pair, MPI.REQUEST_NULL   # its allreduce is the one done
-        self.check = check
+        self._hand_over(MPI.REQUEST_NULL)       # its allreduce is the one that completed
         Task.poll(self)
         return True
+
+    def _mpi_error(self, exc) -> None:
+        """A truncated message: as on the general path, the check (still running) gets
+        the chance to say who differs and how before the task fails."""
+        if self.h is not None and self.check is None:
+            self._hand_over(self.creq)
+        Task._mpi_error(self, exc)
 
 
 class Express:

@@ -174,3 +174,30 @@ def test_other_policies_keep_their_launch_order(policy):
         w = ctx.world.allreduce(np.ones(2, np.float32))
         assert not express(w)
         np.testing.assert_array_equal(w.wait(), np.full(2, ctx.size, np.float32))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_truncation_leaves_the_explanation_to_the_check(mpi_world, monkeypatch):
+    """An MPI truncation error on rank 0's data request (forced here) does not fail the
+    task at once: the check still runs, so every rank gets the same CollectiveMismatch
+    naming the field, and nobody waits for rank 0's fingerprint in vain."""
+    from hpccoll.express import ExpressLane
+    r = mpi_world.rank
+    if r == 0:
+        real = ExpressLane.post
+
+        class Truncating:
+            def Test(self):
+                raise MPI.Exception(MPI.ERR_TRUNCATE)
+
+        def post(lane):
+            real(lane)               # the real collective, so the peers' completes
+            lane.req = Truncating()
+            return lane.req
+        monkeypatch.setattr(ExpressLane, "post", post)
+    with hpccoll.init(policy="preemptive", timeout=60) as ctx:
+        comm = ctx.world.dup()
+        w = comm.allreduce(np.ones(2 if r == 0 else 3, np.int64))
+        assert express(w)
+        with pytest.raises(hpccoll.CollectiveMismatch, match="count"):
+            w.wait()
