@@ -106,6 +106,19 @@ def test_registered_used_asymmetrically_is_a_mismatch(mpi_world):
         assert "buffers" in info.value.fields
 
 
+@pytest.mark.mpi(min_size=2)
+def test_tiny_collectives_may_mix_registered_and_ordinary(mpi_world):
+    """At <= mpi_coll_bytes the MPI library's own collective runs and reads no peer's
+    buffers: where the arrays live does not matter and is not a mismatch."""
+    with hpccoll.init(timeout=30) as ctx:
+        reg = ctx.empty(4, np.int32)
+        reg[:] = ctx.rank + 1
+        x = reg if ctx.rank == 0 else np.full(4, ctx.rank + 1, np.int32)
+        w = ctx.world.allreduce(x)
+        np.testing.assert_array_equal(w.wait(timeout=30), np.full(4, sum(range(1, ctx.size + 1))))
+        assert w.counters["algo"] == "mpi"
+
+
 def test_registered_allocation_must_be_symmetric(mpi_world):
     with hpccoll.init(timeout=30) as ctx:
         if ctx.size > 1:
