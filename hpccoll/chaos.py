@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import hpccoll
-from .errors import CollectiveTimeout, HpcCollError
+from .errors import CollectiveTimeout, HpcCollError, abort_job
 from .timing import parse_bytes
 
 POLICIES = ("preemptive", "ordered", "fifo")
@@ -380,11 +380,8 @@ def main(argv=None) -> int:
     try:
         policies = POLICIES if args.policy == "all" else (args.policy,)
         ok = run_scenario(args.scenario, policies, args, world)
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        world.Abort(1)
-        return 1
+    except BaseException as exc:
+        return abort_job(exc, "hpccoll.chaos")
     return 0 if ok else 1
 
 

@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 import hpccoll
+from .errors import abort_job
 from .timing import human_bytes, parse_bytes, time_interleaved
 
 COLLS = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier")
@@ -133,13 +134,8 @@ def main(argv=None) -> int:
         p.error(f"--colls: unknown collective(s) {bad}; choose from {', '.join(COLLS)}")
     try:
         return run(args)
-    except BaseException:
-        # an error on one rank must not leave the others hanging
-        import traceback
-        traceback.print_exc()
-        from mpi4py import MPI
-        MPI.COMM_WORLD.Abort(1)
-        return 1
+    except BaseException as exc:
+        return abort_job(exc, "hpccoll.demo")
 
 
 if __name__ == "__main__":

@@ -41,3 +41,21 @@ class CollectiveMismatch(HpcCollError):
         super().__init__(message)
         self.ranks = tuple(ranks)
         self.fields = dict(fields or {})
+
+
+def abort_job(exc: BaseException, prog: str, wait: float = 0.0) -> int:
+    """The command-line tools' last resort: one rank's unexpected error must not leave
+    the others waiting in a collective.  Print it, naming the rank, and abort the MPI job
+    (as mpi4py's runner does); ``wait`` seconds first (ranks other than 0, so that rank 0
+    can move its result file into place).  Returns 1 where Abort returns at all."""
+    import sys
+    import time
+    import traceback
+    from mpi4py import MPI
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    sys.stderr.write(f"{prog}: rank {MPI.COMM_WORLD.Get_rank()} failed:\n{text}")
+    sys.stderr.flush()
+    if wait:
+        time.sleep(wait)
+    MPI.COMM_WORLD.Abort(1)
+    return 1

@@ -122,7 +122,7 @@ def environment_attrs(comm=None, argv: Optional[list] = None, settings=None,
 _NATIVE = (str, bool, int, float, np.integer, np.floating, np.bool_)
 
 
-def _set_attrs(obj, attrs: dict) -> None:
+def write_attrs(obj, attrs: dict) -> None:
     """Scalars and strings are stored as they are; anything else (dicts, lists, None) as
     JSON text, with its name listed in the ``_json`` attribute so readers decode it."""
     encoded = set(json.loads(obj.attrs.get("_json", "[]")))
@@ -144,7 +144,7 @@ def _json_default(value):
     return str(value)
 
 
-def _get_attrs(obj) -> dict:
+def read_attrs(obj) -> dict:
     encoded = set(json.loads(obj.attrs.get("_json", "[]")))
     out = {}
     for key, value in obj.attrs.items():
@@ -217,7 +217,7 @@ class Table:
     def _create(self, dtype: np.dtype) -> None:
         self.dataset = self.group.create_dataset(self.name, shape=(0,), maxshape=(None,),
                                                  dtype=dtype, chunks=True)
-        _set_attrs(self.dataset, self._attrs)
+        write_attrs(self.dataset, self._attrs)
 
     def append(self, rows: Iterable[dict]) -> None:
         rows = list(rows)
@@ -275,8 +275,8 @@ class RunWriter:
             runs = f.require_group("runs")
             self.name = f"{len(runs):04d}_{label}"
             self.group = runs.create_group(self.name)
-            _set_attrs(self.group, dict(attrs or {}))
-            _set_attrs(self.group, {"schema_version": SCHEMA_VERSION, "status": "running",
+            write_attrs(self.group, dict(attrs or {}))
+            write_attrs(self.group, {"schema_version": SCHEMA_VERSION, "status": "running",
                                     "error": "", "label": label})
             f.flush()
         except BaseException:
@@ -292,7 +292,7 @@ class RunWriter:
         return self._tables[key]
 
     def set_attrs(self, **attrs) -> None:
-        _set_attrs(self.group, attrs)
+        write_attrs(self.group, attrs)
         self.file.flush()
 
     def close(self, status: str = "complete", error: str = "") -> Path:
@@ -301,7 +301,7 @@ class RunWriter:
             return self.path
         self._closed = True
         try:
-            _set_attrs(self.group, {"status": status, "error": error, "end_time": now_iso()})
+            write_attrs(self.group, {"status": status, "error": error, "end_time": now_iso()})
             self.file.close()
         except BaseException:
             self._discard()
@@ -367,7 +367,7 @@ def read(path) -> list[Run]:
         _check_schema(f, path)
         for name in sorted(f.get("runs", {})):
             g = f["runs"][name]
-            run = Run(str(path), name, _get_attrs(g))
+            run = Run(str(path), name, read_attrs(g))
             for kind in ("tables", "traces"):
                 for tname, ds in g.get(kind, {}).items():
                     getattr(run, kind)[tname] = _rows(ds)

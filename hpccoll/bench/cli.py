@@ -6,12 +6,11 @@ from __future__ import annotations
 import math
 import os
 import sys
-import time
-import traceback
 from typing import Optional
 
 import numpy as np
 
+from ..errors import abort_job
 from . import cases
 from .args import AVERAGES, UsageError, parse
 from .table import footer, header, line
@@ -209,13 +208,6 @@ def main(argv: Optional[list] = None) -> int:
             print(f"hpccoll-bench: error: {exc}", file=sys.stderr, flush=True)
         return 2
     except BaseException as exc:
-        # One rank's error must not leave the others waiting in a collective: abort the
-        # world, as mpi4py's runner does.  Ranks other than 0 wait a moment first, so
-        # that rank 0 (which usually fails alike) can move its result file into place.
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        sys.stderr.write(f"hpccoll-bench: rank {rank} failed:\n{text}")
-        sys.stderr.flush()
-        if rank != 0 and args.out:
-            time.sleep(2.0)
-        mpi.Abort(1)
-        return 1
+        # ranks other than 0 wait a moment, so that rank 0 (which usually fails alike)
+        # can move its result file into place
+        return abort_job(exc, "hpccoll-bench", 2.0 if rank != 0 and args.out else 0.0)

@@ -296,7 +296,7 @@ class Engine:
             if self.policy.step(self):
                 progressed = True
                 self.last_progress = time.monotonic()
-        if self.express and self.broken is None and self._poll_express():
+        if self.express and self.broken is None and self.poll_each(self.express):
             progressed = True
             self.last_progress = time.monotonic()
         self.passes += 1
@@ -308,9 +308,11 @@ class Engine:
             self._report_progress()
         return progressed
 
-    def _poll_express(self) -> bool:
+    def poll_each(self, tasks) -> bool:
+        """Poll each of ``tasks`` once (a snapshot: retiring changes the live lists) and
+        retire those that finished; True if any progressed."""
         progressed = False
-        for task in list(self.express):
+        for task in tuple(tasks):
             if task.poll():
                 progressed = True
             if task.finished:

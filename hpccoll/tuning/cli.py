@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from ..errors import ArgumentError, HpcCollError
+from ..errors import ArgumentError, HpcCollError, abort_job
 from ..timing import parse_bytes
 
 
@@ -49,11 +49,8 @@ def cmd_profile(args) -> int:
         if MPI.COMM_WORLD.rank == 0:
             print(f"hpccoll-tune profile: {exc}", file=sys.stderr)
         return 2
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        MPI.COMM_WORLD.Abort(1)     # one failing rank must not leave the others hanging
-        return 1
+    except BaseException as exc:
+        return abort_job(exc, "hpccoll-tune profile")
 
 
 def _blocks(args, ctx) -> list:

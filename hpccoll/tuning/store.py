@@ -24,12 +24,8 @@ def h5open(path: str, mode: str = "w"):
             f.close()
 
 
-def write_attrs(obj, values: dict) -> None:
-    h5log._set_attrs(obj, values)
-
-
-def read_attrs(obj) -> dict:
-    return h5log._get_attrs(obj)
+write_attrs = h5log.write_attrs    # one attribute encoding for every hpccoll HDF5 file
+read_attrs = h5log.read_attrs
 
 
 def environment(mpi_comm=None, **kw) -> dict:

@@ -33,12 +33,7 @@ class FifoPolicy:
 
     def step(self, engine) -> bool:
         """Poll every active task once; fill free slots in issue order."""
-        progressed = False
-        for task in tuple(self.active):
-            if task.poll():
-                progressed = True
-            if task.finished:
-                engine.retire(task)
+        progressed = engine.poll_each(self.active)
         while len(self.active) < self.max_active and self.queue:
             task = self.queue.popleft()
             self.active.append(task)
