@@ -37,13 +37,14 @@ from mpi4py import MPI
 from .algorithms import ALGO_CODES, Program
 from .algorithms.spec import COLLECTIVES
 from .buffers import dtype_code, op_code
+from .engine.lane import MPI_OPS
 from .engine.task import DONE, HASH_MASK, QUEUED, RUNNING, HashCheck, Task
+from .submit import MPI_NATIVE_DTYPES, MPI_NATIVE_OPS
 from .work import Work
 
-_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX, "avg": MPI.SUM}
-# the dtypes the general path hands to MPI (submit._MPI_NATIVE_DTYPES) and their codes
-_DTYPES = {np.dtype(n): dtype_code(np.dtype(n)) for n in (
-    "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64")}
+_OPS = {op: MPI_OPS[op] for op in MPI_NATIVE_OPS}     # avg: MPI_SUM, then divided
+# the dtypes the general path hands to MPI, and their fingerprint codes
+_DTYPES = {dt: dtype_code(dt) for dt in MPI_NATIVE_DTYPES}
 _OP_CODES = {op: op_code(op) for op in _OPS}
 _COLL_CODES = {c: COLLECTIVES.index(c) + 1 for c in ("allreduce", "broadcast", "barrier")}
 _MPI_ALGO = ALGO_CODES["mpi"]

@@ -38,8 +38,8 @@ class RegisteredCall:
         self.fingerprint = h | 1
 
 
-_MPI_NATIVE_OPS = frozenset({"sum", "prod", "min", "max", "avg"})
-_MPI_NATIVE_DTYPES = frozenset(np.dtype(n) for n in (
+MPI_NATIVE_OPS = frozenset({"sum", "prod", "min", "max", "avg"})
+MPI_NATIVE_DTYPES = frozenset(np.dtype(n) for n in (
     "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64"))
 
 
@@ -137,8 +137,8 @@ def submit(comm, call: collectives.Call, key: Optional[str], blocks) -> Work:
     layout = ""
     if shm:
         layout = "flat" if len(shm["local"]) == comm.size else ("hier" if shm["cross"] else "")
-    native = (key is None and not call.send.device and call.op in _MPI_NATIVE_OPS
-              and dt in _MPI_NATIVE_DTYPES)
+    native = (key is None and not call.send.device and call.op in MPI_NATIVE_OPS
+              and dt in MPI_NATIVE_DTYPES)
     choice = algorithms.Choice(nbytes, s.small_msg_bytes, layout, s.shm_min_bytes,
                                registered is not None, s.mpi_coll_bytes,
                                native or (call.op is None and key is None and not call.send.device))

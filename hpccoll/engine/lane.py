@@ -103,7 +103,7 @@ class CudaOps:
         self.stream.synchronize()
 
 
-_MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
+MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
 
 
 class Shm:
@@ -193,7 +193,7 @@ class Lane:
         """Start an MPI nonblocking collective (algorithms/mpicoll.py)."""
         if p.kind == "allreduce":
             send = MPI.IN_PLACE if p.send == p.recv else self._arr(p.send)
-            req = self.mpi.Iallreduce(send, self._arr(p.recv), op=_MPI_OPS[self.op])
+            req = self.mpi.Iallreduce(send, self._arr(p.recv), op=MPI_OPS[self.op])
         elif p.kind == "broadcast":
             req = self.mpi.Ibcast(self._arr(p.recv), root=p.root)
         else:
