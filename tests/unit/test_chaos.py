@@ -45,6 +45,14 @@ def test_scenario_small_messages(n, scenario):
     check(rows, out, n, scenario, 4)
 
 
+@pytest.mark.parametrize("scenario", ["latin", "3d"])
+def test_scenario_tiny_messages_take_the_express_path(scenario):
+    """8 B per collective: under preemptive every allreduce and broadcast starts on the
+    calling thread (hpccoll/express.py), in rank-divergent orders across communicators."""
+    rows, out = run_all(4, scenario, "--bytes", "8", iters=4)
+    check(rows, out, 4, scenario, 4)
+
+
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("scenario", ["latin", "mixed"])
 def test_scenario_large_messages(n, scenario):
