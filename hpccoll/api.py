@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import threading
 import time
@@ -197,16 +198,37 @@ class Context:
             raise ArgumentError("comm: expected a communicator this rank belongs to, got COMM_NULL")
         self._closed = False
         self._allocs: list = []        # registered allocations (ctx.empty)
-        self._node = None              # world ranks on this node (registered buffers)
+        self._node = None              # this node's ranks (_meet_node; registered buffers)
         self._node_index: dict = {}
         self._epoch = time.time() - time.monotonic()   # monotonic -> wall clock, for traces
         self._comms: list = []
         self._ctl = base.Dup()
         self.rank, self.size = self._ctl.Get_rank(), self._ctl.Get_size()
+        self._meet_node()
         from .engine import Engine
         self._engine = Engine(self, self.settings, self._ctl)
         self.world = Communicator(self, base.Dup(), "world", "w")
         _OPEN.add(self)
+
+    def _meet_node(self) -> None:
+        """The ranks on this node (for registered buffers) and whether they outnumber the
+        CPUs they may run on.  Oversubscribed, a rank that spins takes the core a peer
+        needs to make the progress it waits for: then waiters sleep from the first
+        fruitless poll (``spin_polls`` 0) unless spin_polls was set explicitly."""
+        from .transport import shm
+        self._node = shm.node_comm(self._ctl, list(range(self.size)), None)
+        try:
+            cpus = frozenset(os.sched_getaffinity(0))
+        except AttributeError:       # not Linux: every CPU of the machine
+            cpus = frozenset(range(os.cpu_count() or 1))
+        met = self._node.allgather((self.rank, cpus))
+        self._node_index = {w: i for i, (w, _) in enumerate(met)}
+        self.oversubscribed = len(met) > len(frozenset().union(*(c for _, c in met)))
+        s = self.settings
+        if self.oversubscribed and s.sources.get("spin_polls") == "default":
+            values, sources = s.as_dict(), dict(s.sources)
+            values["spin_polls"], sources["spin_polls"] = 0, "oversubscribed node"
+            self.settings = Settings(values, sources)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else self.settings.policy
@@ -254,9 +276,6 @@ class Context:
             raise ArgumentError(f"n: registered buffers are symmetric: every rank must allocate "
                                 f"the same size; got {sorted(set(sizes))} bytes on different ranks")
         from .transport import shm
-        if self._node is None:
-            self._node = shm.node_comm(self._ctl, list(range(self.size)), None)
-            self._node_index = {w: i for i, w in enumerate(self._node.allgather(self.rank))}
         alloc = shm.Registered(len(self._allocs) + 1, self._node, nbytes)
         self._allocs.append(alloc)
         return alloc.mine[:nbytes].view(dt)

@@ -173,7 +173,9 @@ SETTINGS: tuple[Setting, ...] = (
             "in CollectiveTimeout.report)."),
     Setting("spin_polls", int, 32,
             "Engine passes without progress before the engine starts to sleep between polls "
-            "(sleeping releases the GIL for the application).", minimum=0),
+            "(sleeping releases the GIL for the application).  Left at its default, it is 0 "
+            "on a node whose ranks outnumber the CPUs they may run on (spinning there takes "
+            "the core a peer needs).", minimum=0),
     Setting("poll_sleep_us", float, 100.0,
             "Longest sleep in microseconds between polls while collectives are pending (the sleep "
             "grows from 0 to this; new submissions cut it short).", minimum=0.0),

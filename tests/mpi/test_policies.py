@@ -118,3 +118,22 @@ def test_trace_records_every_collective():
     with hpccoll.init() as ctx:
         with pytest.raises(hpccoll.HpcCollError, match="tracing is off"):
             ctx.trace()
+
+
+def test_oversubscribed_node_sleeps_instead_of_spinning(mpi_world):
+    """Where the node's ranks outnumber the CPUs they may run on (4 ranks on this 2-core
+    CI machine), waiters sleep from the first fruitless poll, unless spin_polls is set."""
+    import os
+    from mpi4py import MPI
+    node = mpi_world.Split_type(MPI.COMM_TYPE_SHARED)
+    cpus = node.allgather(frozenset(os.sched_getaffinity(0)))
+    expected = node.Get_size() > len(frozenset().union(*cpus))
+    node.Free()
+    with hpccoll.init(timeout=60) as ctx:
+        assert ctx.oversubscribed == expected
+        assert ctx.settings.spin_polls == (0 if expected else 32)
+        assert ctx.settings.sources["spin_polls"] == ("oversubscribed node" if expected
+                                                      else "default")
+        np.testing.assert_array_equal(ctx.world.allreduce(np.ones(3)).wait(), np.full(3, ctx.size))
+    with hpccoll.init(timeout=60, spin_polls=5) as ctx:
+        assert ctx.settings.spin_polls == 5 and ctx.settings.sources["spin_polls"] == "argument"
