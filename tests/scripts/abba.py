@@ -33,5 +33,8 @@ except hpccoll.CollectiveTimeout as exc:
         assert "unusable" in str(exc2)
     else:
         raise AssertionError("context still usable after a timeout")
-print(f"RESULT {ctx.rank} {outcome} {time.monotonic() - t0:.2f}", flush=True)
+# one write: with PYTHONUNBUFFERED, print() writes the newline separately, and mpiexec
+# may put another rank's line in between
+sys.stdout.write(f"RESULT {ctx.rank} {outcome} {time.monotonic() - t0:.2f}\n")
+sys.stdout.flush()
 ctx.close()

@@ -23,5 +23,8 @@ if ctx.rank == 0:
 else:
     time.sleep(timeout + 2)     # never joins; its engine still answers the report request
     outcome = "absent"
-print(f"RESULT {ctx.rank} {outcome} {time.monotonic() - t0:.2f}", flush=True)
+# one write: with PYTHONUNBUFFERED, print() writes the newline separately, and mpiexec
+# may put another rank's line in between
+sys.stdout.write(f"RESULT {ctx.rank} {outcome} {time.monotonic() - t0:.2f}\n")
+sys.stdout.flush()
 ctx.close()
