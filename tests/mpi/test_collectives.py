@@ -66,6 +66,34 @@ def test_allreduce(comm, mpi_world, dtype, count):
         assert_close(got, reference_reduce(mpi_world, x, op), dtype, comm.size, f"{op} {count}")
 
 
+@pytest.fixture(scope="module")
+def p2p_comm():
+    """mpi_coll_bytes=0: small allreduces and broadcasts run hpccoll's own point-to-point
+    algorithms (recursive doubling, binomial tree) instead of the MPI library's."""
+    import hpccoll
+    with hpccoll.init(timeout=60, mpi_coll_bytes=0) as c:
+        yield c.world
+
+
+@pytest.mark.parametrize("dtype", CONTRACT_DTYPES)
+@pytest.mark.parametrize("count", [1, 7, 1000])
+def test_small_messages_on_point_to_point(p2p_comm, mpi_world, dtype, count):
+    comm = p2p_comm
+    for op in ops_for(dtype):
+        x = make_input(dtype, count, comm.rank)
+        w = comm.allreduce(x, op=op)
+        assert_close(w.wait(), reference_reduce(mpi_world, x, op), dtype, comm.size, op)
+        assert comm.size == 1 or w.counters["algo"] != "mpi"
+    root = comm.size - 1
+    x = make_input(dtype, count, comm.rank, salt=root)
+    want = x.copy()
+    mpi_world.Bcast(want.view(np.uint8), root=root)
+    w = comm.broadcast(x, root=root)
+    w.wait()
+    np.testing.assert_array_equal(x, want)
+    assert comm.size == 1 or w.counters["algo"] != "mpi"
+
+
 @pytest.mark.parametrize("dtype", CONTRACT_DTYPES)
 @pytest.mark.parametrize("count", COUNTS)
 def test_reduce(comm, mpi_world, dtype, count):

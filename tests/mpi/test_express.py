@@ -93,7 +93,7 @@ def test_never_waited_completes_on_the_daemon(ectx):
 def test_general_path_for_what_express_does_not_take(ectx):
     n = ectx.size
     cases = [
-        lambda c: c.allreduce(np.ones(1024, np.float32)),           # > mpi_coll_bytes
+        lambda c: c.allreduce(np.ones(32768, np.float32)),          # > mpi_coll_bytes
         lambda c: c.allreduce(np.ones(8, np.float16)),              # not an MPI dtype
         lambda c: c.allreduce(np.ones(4, np.int32), key="k"),      # keyed
         lambda c: c.allreduce(np.ones(4, np.int32), op="SUM"),     # spelled differently
