@@ -38,7 +38,7 @@ from .algorithms import ALGO_CODES, Program
 from .algorithms.spec import COLLECTIVES
 from .buffers import dtype_code, op_code
 from .engine.lane import MPI_OPS
-from .engine.task import DONE, HASH_MASK, QUEUED, RUNNING, HashCheck, Task
+from .engine.task import DONE, QUEUED, RUNNING, HashCheck, Task
 from .submit import MPI_NATIVE_DTYPES, MPI_NATIVE_OPS
 from .work import Work
 
@@ -108,9 +108,10 @@ class ExpressLane:
 
 class ExpressTask(Task):
     """A Task whose start posts the check's and the data's MPI collectives (in that order,
-    like the general path) and whose poll tests the two requests.  The check lane (HashCheck) is made only when the hashes
-    differ, to explain who differs and how."""
-    __slots__ = ("creq", "h", "pair")
+    like the general path) and whose poll tests the two requests.  The check is a
+    HashCheck; it becomes the task's check lane (and Task.poll takes over) only to
+    explain a mismatch or a truncated message."""
+    __slots__ = ("hc",)
 
     def __init__(self, work, comm, coll, dtype, count, root, op, seq, data, result, fp):
         self.work, self.comm = work, comm
@@ -128,18 +129,15 @@ class ExpressTask(Task):
         self.spins = self.threshold = 0
         self.consecutive = 1
         self.made_progress = False
-        self.h = self.pair = self.creq = None
+        self.hc = None           # the check while it runs; None once every hash agreed
 
     def start(self) -> None:
         self.state = RUNNING
         self.t_start = self.last_progress = monotonic()
-        if self.fp is None:
-            self.data.post()
-        else:
-            self.h = h = hash(self.fp) & HASH_MASK
-            self.pair = np.array((h, -h), np.int64)
-            self.creq = self.data.mpi.Iallreduce(MPI.IN_PLACE, self.pair, op=MPI.MIN)
-            self.data.post()
+        if self.fp is not None:
+            self.hc = HashCheck(self.fp, self.comm, self.data.mpi, self.data.tag + 1)
+            self.hc.start()
+        self.data.post()
         self.poll()
 
     def poll(self) -> bool:
@@ -151,9 +149,11 @@ class ExpressTask(Task):
         progressed = False
         try:
             # the check completes even where the data cannot (ranks disagree)
-            if self.h is not None and self.creq.Test():
-                if not self._agreed():
+            hc = self.hc
+            if hc is not None and hc.req.Test():
+                if not hc.agreed():
                     return self._explain()
+                self.hc = None
                 progressed = True
             data = self.data
             if not data.done and data.req.Test():
@@ -162,40 +162,25 @@ class ExpressTask(Task):
         except MPI.Exception as exc:
             self._mpi_error(exc)
             return True
-        if data.done and self.h is None:
+        if data.done and self.hc is None:
             self.state = DONE
             self.t_end = monotonic()
         if progressed:
             self.last_progress = monotonic()
         return progressed
 
-    def _agreed(self) -> bool:
-        """The check's request completed: did every member's hash equal ours?"""
-        h, pair = self.h, self.pair
-        if pair[0] == h and -pair[1] == h:
-            self.h = self.creq = None
-            return True
-        return False
-
-    def _hand_over(self, req) -> None:
-        """From now on the general Task.poll runs this task, with a HashCheck lane that
-        continues this check (``req``: its request, still pending or already done)."""
-        check = HashCheck(self.fp, self.comm, self.data.mpi, self.data.tag + 1)
-        check.pair, check.req = self.pair, req
-        self.check = check
-
     def _explain(self) -> bool:
-        """Hashes differ: exchange the full fingerprints (HashCheck's detail lane) and let
-        Task.poll raise the CollectiveMismatch that names who differs."""
-        self._hand_over(MPI.REQUEST_NULL)       # its allreduce is the one that completed
+        """Hashes differ: the HashCheck, as the check lane, exchanges the full fingerprints
+        and Task.poll raises the CollectiveMismatch that names who differs."""
+        self.check = self.hc
         Task.poll(self)
         return True
 
     def _mpi_error(self, exc) -> None:
         """A truncated message: as on the general path, the check (still running) gets
         the chance to say who differs and how before the task fails."""
-        if self.h is not None and self.check is None:
-            self._hand_over(self.creq)
+        if self.hc is not None and self.check is None:
+            self.check = self.hc
         Task._mpi_error(self, exc)
 
 

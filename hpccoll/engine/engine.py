@@ -102,7 +102,6 @@ class Engine:
     def start_express(self, task) -> None:
         """Start an express task now (the caller holds ``lock``); it is polled with the
         others until it finishes."""
-        task.express = True
         if self.trace is not None:
             task.yield_times = []
         self.express.append(task)
@@ -276,7 +275,7 @@ class Engine:
             self._break(err)
             for t in self.live() + list(self.sq):
                 t.fail(err)
-                self._complete(t, admitted=t.express or t in self.policy.live())
+                self._complete(t, admitted=t in self.policy.live())
 
     def _pass(self) -> bool:
         progressed = False

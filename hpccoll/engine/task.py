@@ -73,14 +73,21 @@ class HashCheck:
             self.done = self.detail.done
             return moved
         if self.req is None:        # started with the collective, in issue order
-            self.req = self._args[1].Iallreduce(MPI.IN_PLACE, self.pair, op=MPI.MIN)
+            self.start()
         if not self.req.Test():
             return False
-        if self.pair[0] == self.h and -self.pair[1] == self.h:
+        if self.agreed():
             self.done = True        # min and max of every member's hash are ours
             return True
         self.detail = fingerprint_lane(self.fp, *self._args)
         return self.run()
+
+    def start(self) -> None:
+        self.req = self._args[1].Iallreduce(MPI.IN_PLACE, self.pair, op=MPI.MIN)
+
+    def agreed(self) -> bool:
+        """Once the allreduce completed: min and max of every member's hash are ours."""
+        return self.pair[0] == self.h and -self.pair[1] == self.h
 
     @property
     def rows(self):
