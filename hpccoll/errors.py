@@ -57,5 +57,32 @@ def abort_job(exc: BaseException, prog: str, wait: float = 0.0) -> int:
     sys.stderr.flush()
     if wait:
         time.sleep(wait)
+    unlink_mpi_shm()
     MPI.COMM_WORLD.Abort(1)
     return 1
+
+
+def unlink_mpi_shm(maps: str = "/proc/self/maps") -> list:
+    """Remove the names of the MPICH shared-memory segments this process has mapped
+    (/dev/shm/mpich_*), before an abort.  MPICH unlinks them only in MPI_Finalize, so
+    every aborted job left its segment in /dev/shm: a container's 64 MiB /dev/shm fills
+    after a few dozen aborted runs, and later jobs die with SIGBUS.  Every rank of the job
+    mapped the segment in MPI_Init, so removing the name takes nothing from them (the
+    memory lives until the last rank unmaps it).  Ranks on other nodes, which Abort kills
+    without running this, keep theirs.  Returns the paths removed."""
+    import os
+    gone = []
+    try:
+        with open(maps) as f:       # address perms offset device inode [path]
+            fields = [line.split(None, 5) for line in f]
+    except OSError:
+        return gone
+    paths = {f[5].strip() for f in fields if len(f) == 6}
+    for path in sorted(paths):
+        if path.startswith("/dev/shm/mpich_") and not path.endswith(" (deleted)"):
+            try:
+                os.unlink(path)
+                gone.append(path)
+            except OSError:
+                pass
+    return gone
