@@ -13,7 +13,11 @@ Schema ``hpccoll.chaos/1``, one file per run, written by rank 0:
   (``iters``, ``bytes``, ``timeout``, ``max_active``, ``seed``, ``expect``), and every
   SLURM_* environment variable of rank 0 under its own name: the job step's under srun;
   under mpiexec in a Slurm job, those of the step that started MPI's proxy on the node
-  (SLURM_NTASKS is then the number of nodes; ``ranks`` is always the MPI job's size).
+  (SLURM_NTASKS is then the number of nodes; ``ranks`` is always the MPI job's size);
+- and the attributes every hpccoll result file has (h5log.environment_attrs, under the
+  names docs/results.md gives them: ``git_revision``, ``settings`` and
+  ``settings_sources``, ``environment``, versions, ``rank_hosts``...), except ``policy``,
+  which is per row here.
 
 The file appears complete or not at all: it is written under a temporary name in the
 same directory and renamed.
@@ -54,10 +58,15 @@ def write_chaos(path: str, world, scenario: str, args, ok: bool, rows: list[dict
     """Collective over ``world``: gather every rank's per-policy ``rows`` (dicts with
     FIELDS except rank and host) and write them with the run's attributes on rank 0."""
     from mpi4py import MPI
-    from . import __version__
+    from . import __version__, config, h5log
     from .slurm import slurm_env
     host = MPI.Get_processor_name()
     mine = [dict(row, rank=world.rank, host=host) for row in rows]
+    # what every hpccoll result file records (git revision, knobs, versions, environment;
+    # see docs/results.md), under the same names; the policy is per row here
+    env = h5log.environment_attrs(world, settings=config.resolve(
+        {"timeout": args.timeout, "max_active": args.max_active}))
+    del env["policy"]
     gathered = world.gather((host, mine), root=0)
     if world.rank != 0:
         return
@@ -84,6 +93,7 @@ def write_chaos(path: str, world, scenario: str, args, ok: bool, rows: list[dict
         f = h5py.File(tmp, "w")
         try:
             f.create_dataset("outcomes", data=_table([r for _, rs in gathered for r in rs]))
+            h5log.write_attrs(f, env)
             for k, v in attrs.items():
                 f.attrs[k] = v
         finally:

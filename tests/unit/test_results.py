@@ -6,7 +6,7 @@ import sys
 import h5py
 import pytest
 
-from hpccoll import slurm
+from hpccoll import h5log, slurm
 from tests import launch
 
 
@@ -43,6 +43,14 @@ def test_chaos_out_table_and_attributes(tmp_path):
     assert "MPI" in attrs["mpi_library"] and attrs["hpccoll_version"]
     assert "hpccoll.chaos abba" in attrs["command"]
     assert [p.name for p in out.parent.iterdir()] == ["chaos.h5"]     # no temporary left
+    # and what every hpccoll result file records, under the same names (docs/results.md)
+    with h5py.File(out) as f:
+        common = h5log.read_attrs(f)
+    assert "git_revision" in common and common["nranks"] == 2 and len(common["rank_hosts"]) == 2
+    assert common["settings"]["timeout"] == 3.0 and common["settings_sources"]["timeout"] == "argument"
+    assert "policy" not in common                       # one per row of /outcomes
+    assert common["mpi_library_version"] == attrs["mpi_library"]
+    assert common["environment"]["SLURM_JOB_ID"] == "4242"
 
 
 def test_chaos_out_when_the_check_fails(tmp_path):
