@@ -7,7 +7,8 @@ iteration by iteration (medians of the slowest rank), float32 sum:
 
 Rows: allreduce with ordinary NumPy buffers and with registered buffers (ctx.empty) at
 8 B, 1 MiB, 16 MiB, 64 MiB; allgather and reduce_scatter with registered buffers at
-16 MiB.  Columns: time (us) and bus bandwidth (GB/s, nccl-tests factors) of each, and the
+16 MiB, and allgather in place (the input is this rank's slice of a registered output;
+MPI's own with MPI_IN_PLACE).  Columns: time (us) and bus bandwidth (GB/s, nccl-tests factors) of each, and the
 ratio MPI time / hpccoll time (> 1: hpccoll faster).  Every result is checked.
 """
 from __future__ import annotations
@@ -29,7 +30,8 @@ FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1)
 
 
 def case(ctx, mpi, coll, nbytes, registered):
-    """(hpccoll fn, MPI fn, check fn, bytes for busbw) on integral float32 data."""
+    """(hpccoll fn, MPI fn, check fn, bytes for busbw) on integral float32 data;
+    ``registered``: False, True, or "in place" (allgather only)."""
     n, r = ctx.size, ctx.rank
     count = max(1, nbytes // 4)
     alloc = ctx.empty if registered else (lambda k, dt: np.empty(k, dt))
@@ -41,6 +43,17 @@ def case(ctx, mpi, coll, nbytes, registered):
         theirs = lambda: mpi.Allreduce(x, ref)
         check = lambda: np.array_equal(out, ref)
         size = count * 4
+    elif coll == "allgather" and registered == "in place":
+        # each rank's block already sits in its slice of the output, on both sides
+        per = max(1, count // n)
+        out, ref = alloc(n * per, np.float32), np.empty(n * per, np.float32)
+        out[r * per:(r + 1) * per] = ref[r * per:(r + 1) * per] = r
+        mine = out[r * per:(r + 1) * per]
+        from mpi4py import MPI
+        ours = lambda: ctx.world.allgather(mine, out).wait()
+        theirs = lambda: mpi.Allgather(MPI.IN_PLACE, ref)
+        check = lambda: np.array_equal(out, ref)
+        size = n * per * 4
     elif coll == "allgather":
         per = max(1, count // n)
         x, out = alloc(per, np.float32), alloc(n * per, np.float32)
@@ -109,7 +122,8 @@ def main() -> int:
     rows = []
     with hpccoll.init(timeout=300) as ctx:
         plan = [("allreduce", b, reg) for reg in (False, True) for b in (8, 1 << 20, 16 << 20, 64 << 20)]
-        plan += [("allgather", 16 << 20, True), ("reduce_scatter", 16 << 20, True)]
+        plan += [("allgather", 16 << 20, True), ("allgather", 16 << 20, "in place"),
+                 ("reduce_scatter", 16 << 20, True)]
         for coll, nbytes, reg in plan:
             ours, theirs, check, size = case(ctx, mpi, coll, nbytes, reg)
             # latency-bound sizes are cheap and noisy: ten times the samples
@@ -126,7 +140,8 @@ def main() -> int:
               f"{'busbw':>8}{'MPI busbw':>10}{'ratio':>7}  check")
         for coll, nbytes, reg, a, b, size, ok in rows:
             f = FACTOR[coll](n)
-            print(f"{coll:<15}{'registered' if reg else 'ordinary':<11}{human_bytes(nbytes):>9}"
+            kind = reg if isinstance(reg, str) else "registered" if reg else "ordinary"
+            print(f"{coll:<15}{kind:<11}{human_bytes(nbytes):>9}"
                   f"{a * 1e6:>12.1f}{b * 1e6:>11.1f}{size / a / 1e9 * f:>8.2f}{size / b / 1e9 * f:>10.2f}"
                   f"{b / a:>7.2f}  {'ok' if ok else 'WRONG'}")
         print("ratio = MPI time / hpccoll time (> 1: hpccoll faster); busbw in GB/s")

@@ -19,3 +19,13 @@ def test_shm_copy_costs_checks_its_result():
     proc = launch.run(2, [str(SCRIPTS / "shm_copy_costs.py"), "5"], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "total of the four steps" in proc.stdout
+
+
+def test_bench_speed_checks_every_row():
+    proc = launch.run(2, [str(SCRIPTS / "bench_speed.py"), "--iters", "1"], timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line for line in proc.stdout.splitlines()
+            if line.split()[:1] in (["allreduce"], ["allgather"], ["reduce_scatter"])]
+    assert len(rows) == 11, proc.stdout
+    assert all(line.endswith(" ok") for line in rows), proc.stdout
+    assert any(line.startswith("allgather") and "in place" in line for line in rows)
