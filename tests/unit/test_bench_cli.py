@@ -14,6 +14,7 @@ import pytest
 from hpccoll import h5log
 from hpccoll.bench import cases
 from hpccoll.bench.table import float_str
+from hpccoll.errors import unlink_mpi_shm
 from tests import launch, nccltests
 
 FAULT = str(Path(__file__).parents[1] / "scripts" / "bench_fault.py")
@@ -178,7 +179,9 @@ def test_killed_benchmark_leaves_the_previous_file_complete(tmp_path):
             assert ln, "benchmark ended early"
             lines += not ln.startswith("#")
         (tmp,) = tmp_path.glob(".r.h5.tmp-*")
-        os.kill(int(tmp.name.rsplit("-", 1)[1]), signal.SIGKILL)   # the writer, rank 0
+        writer = int(tmp.name.rsplit("-", 1)[1])                     # rank 0
+        unlink_mpi_shm(f"/proc/{writer}/maps")   # what MPICH would leave in /dev/shm
+        os.kill(writer, signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
