@@ -155,6 +155,10 @@ class Communicator:
         return self._submit(collectives.broadcast(self, buf, root), key, blocks)
 
     def allgather(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
+        if key is None and blocks is None and self._express is not None:
+            work = self._express.allgather(sendbuf, recvbuf)
+            if work is not None:
+                return work
         self._check()
         return self._submit(collectives.allgather(self, sendbuf, recvbuf), key, blocks)
 
@@ -163,6 +167,10 @@ class Communicator:
         return self._submit(collectives.reduce_scatter(self, sendbuf, recvbuf, op), key, blocks)
 
     def alltoall(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
+        if key is None and blocks is None and self._express is not None:
+            work = self._express.alltoall(sendbuf, recvbuf)
+            if work is not None:
+                return work
         self._check()
         return self._submit(collectives.alltoall(self, sendbuf, recvbuf), key, blocks)
 

@@ -139,8 +139,9 @@ SETTINGS: tuple[Setting, ...] = (
             "('no'), or ask the MPI library (MPIX_Query_cuda_support) ('auto').",
             choices=("auto", "yes", "no")),
     Setting("mpi_coll_bytes", int, 64 << 10,
-            "Order-matched collectives (no key) up to this size on host arrays, with an MPI "
-            "dtype and op, run as the MPI library's own nonblocking collective (lowest "
+            "Order-matched allreduces, broadcasts, allgathers, alltoalls and barriers (no key) up "
+            "to this size (the whole result) on host arrays, with an MPI dtype and op, run as "
+            "the MPI library's own nonblocking collective (lowest "
             "latency; 2 ranks: 2-4x faster than hpccoll's own point-to-point algorithms from "
             "4 to 60 KiB); 0 disables.", minimum=0, parse=_parse_size),
     Setting("shm", bool, True,

@@ -1,7 +1,7 @@
 """The express path: a tiny order-matched collective started on the calling thread.
 
-An allreduce, broadcast or barrier that the algorithm table would give to the MPI
-library's own nonblocking collective (the ``mpi`` row: no key, host arrays, an MPI dtype
+An allreduce, broadcast, allgather, alltoall or barrier that the algorithm table would
+give to the MPI library's own nonblocking collective (the ``mpi`` row: no key, host arrays, an MPI dtype
 and op, at most ``mpi_coll_bytes``) needs none of the general path's planning: no
 algorithm choice, no program, no scratch, no queue.  Here it is recognised by a short
 accept test, becomes a Task over an ``ExpressLane``, and posts its MPI collectives before
@@ -46,7 +46,8 @@ _OPS = {op: MPI_OPS[op] for op in MPI_NATIVE_OPS}     # avg: MPI_SUM, then divid
 # the dtypes the general path hands to MPI, and their fingerprint codes
 _DTYPES = {dt: dtype_code(dt) for dt in MPI_NATIVE_DTYPES}
 _OP_CODES = {op: op_code(op) for op in _OPS}
-_COLL_CODES = {c: COLLECTIVES.index(c) + 1 for c in ("allreduce", "broadcast", "barrier")}
+_COLL_CODES = {c: COLLECTIVES.index(c) + 1
+               for c in ("allreduce", "broadcast", "allgather", "alltoall", "barrier")}
 _MPI_ALGO = ALGO_CODES["mpi"]
 PROGRAM = Program("mpi", (), 0, 1, 0, True)    # what traces, counters and reports show
 _NONE = {}                                      # an express lane has no point-to-point transfers
@@ -78,6 +79,10 @@ class ExpressLane:
             self.req = self.mpi.Iallreduce(self.send, self.recv, self.mop)
         elif self.kind == "broadcast":
             self.req = self.mpi.Ibcast(self.recv, self.root)
+        elif self.kind == "allgather":
+            self.req = self.mpi.Iallgather(self.send, self.recv)
+        elif self.kind == "alltoall":
+            self.req = self.mpi.Ialltoall(self.send, self.recv)
         else:
             self.req = self.mpi.Ibarrier()
         return self.req
@@ -241,6 +246,43 @@ class Express:
             return None
         return self._start("broadcast", dt, code, buf.size, root, None, buf,
                            None, buf, None, root, 0)
+
+    def allgather(self, x, out):
+        return self._gather("allgather", x, out)
+
+    def alltoall(self, x, out):
+        return self._gather("alltoall", x, out)
+
+    def _gather(self, coll, x, out):
+        """allgather: x is this rank's block, or in place (out is x) the whole output with
+        this rank's block at block rank; alltoall: x holds a block for every rank."""
+        if x.__class__ is not np.ndarray:
+            return None
+        n = self.size
+        dt = x.dtype
+        code = _DTYPES.get(dt)
+        total = x.size if (out is x or coll == "alltoall") else n * x.size
+        if (code is None or total * dt.itemsize > self.limit or not x.size or total % n
+                or not x.flags.c_contiguous):
+            return None
+        if out is None:
+            send, recv = x, np.empty(total, dt)
+        elif out is x:
+            if not x.flags.writeable:
+                return None
+            send, recv = MPI.IN_PLACE, x
+        elif self._separate(x, out, total):
+            send, recv = x, out
+        else:                    # NCCL's view form, or a bad recvbuf: the general path
+            return None
+        return self._start(coll, dt, code, total // n, 0, None, recv, send, recv, None, 0, 0)
+
+    @staticmethod
+    def _separate(x, out, size) -> bool:
+        """``out`` is a receive buffer the MPI call can take as it is, apart from ``x``."""
+        return (out.__class__ is np.ndarray and out.dtype == x.dtype and out.size == size
+                and out.flags.c_contiguous and out.flags.writeable
+                and not np.may_share_memory(x, out))
 
     def barrier(self):
         if self.limit <= 0:

@@ -62,10 +62,10 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
     "reduce": [("binomial", _small, tree.reduce), ("ring", _always, ring.reduce)],
     "broadcast": [("mpi", _tiny, mpicoll.broadcast), ("binomial", _small, tree.broadcast),
                   ("chain", _always, tree.broadcast_chain)],
-    "allgather": [("shm", _shm, shm.allgather), ("bruck", _small, doubling.allgather),
-                  ("ring", _always, ring.allgather)],
+    "allgather": [("mpi", _tiny, mpicoll.allgather), ("shm", _shm, shm.allgather),
+                  ("bruck", _small, doubling.allgather), ("ring", _always, ring.allgather)],
     "reduce_scatter": [("shm", _shm, shm.reduce_scatter), ("ring", _always, ring.reduce_scatter)],
-    "alltoall": [("pairwise", _always, pairwise.alltoall)],
+    "alltoall": [("mpi", _tiny, mpicoll.alltoall), ("pairwise", _always, pairwise.alltoall)],
     "barrier": [("mpi", _tiny, mpicoll.barrier), ("dissemination", _always, doubling.barrier)],
     # variable counts (the mpi4py adapter's Allgatherv, Reduce_scatter, Alltoallv)
     "allgatherv": [("ring", _always, ring.allgatherv)],

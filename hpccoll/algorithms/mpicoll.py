@@ -25,6 +25,21 @@ def broadcast(spec: Spec):
     yield Wait(0)
 
 
+def allgather(spec: Spec):
+    """count: this rank's block; in place, it already sits in block ``rank`` of RECV."""
+    whole = Region(RECV, 0, spec.size * spec.count)
+    yield Coll(0, "allgather", whole if spec.inplace else Region(SEND, 0, spec.count), whole)
+    yield Wait(0)
+
+
+def alltoall(spec: Spec):
+    """count: the block for each peer."""
+    whole = Region(RECV, 0, spec.size * spec.count)
+    yield Coll(0, "alltoall", whole if spec.inplace else Region(SEND, 0, spec.size * spec.count),
+               whole)
+    yield Wait(0)
+
+
 def barrier(spec: Spec):
     empty = Region(RECV, 0, 0)
     yield Coll(0, "barrier", empty, empty)

@@ -196,6 +196,10 @@ class Lane:
             req = self.mpi.Iallreduce(send, self._arr(p.recv), op=MPI_OPS[self.op])
         elif p.kind == "broadcast":
             req = self.mpi.Ibcast(self._arr(p.recv), root=p.root)
+        elif p.kind in ("allgather", "alltoall"):
+            send = MPI.IN_PLACE if p.send == p.recv else self._arr(p.send)
+            start = self.mpi.Iallgather if p.kind == "allgather" else self.mpi.Ialltoall
+            req = start(send, self._arr(p.recv))
         else:
             req = self.mpi.Ibarrier()
         return [req], [("coll", -1, p.recv.n * self.itemsize)], None

@@ -68,8 +68,9 @@ def test_allreduce(comm, mpi_world, dtype, count):
 
 @pytest.fixture(scope="module")
 def p2p_comm():
-    """mpi_coll_bytes=0: small allreduces and broadcasts run hpccoll's own point-to-point
-    algorithms (recursive doubling, binomial tree) instead of the MPI library's."""
+    """mpi_coll_bytes=0: small allreduces, broadcasts, allgathers and alltoalls run
+    hpccoll's own point-to-point algorithms (recursive doubling, binomial tree, Bruck,
+    pairwise) instead of the MPI library's."""
     import hpccoll
     with hpccoll.init(timeout=60, mpi_coll_bytes=0) as c:
         yield c.world
@@ -92,6 +93,22 @@ def test_small_messages_on_point_to_point(p2p_comm, mpi_world, dtype, count):
     w.wait()
     np.testing.assert_array_equal(x, want)
     assert comm.size == 1 or w.counters["algo"] != "mpi"
+    n, r = comm.size, comm.rank
+    x = make_input(dtype, count, r, salt=5)
+    want = np.empty(n * count, dtype=dtype)
+    mpi_world.Allgather(x.view(np.uint8), want.view(np.uint8))
+    full = np.zeros(n * count, dtype=dtype)
+    full[r * count:(r + 1) * count] = x
+    for w in (comm.allgather(x), comm.allgather(full, full)):
+        np.testing.assert_array_equal(w.wait(), want)
+        assert comm.size == 1 or w.counters["algo"] != "mpi"
+    x = make_input(dtype, n * count, r, salt=6)
+    want = np.empty_like(x)
+    mpi_world.Alltoall(x.view(np.uint8), want.view(np.uint8))
+    y = x.copy()
+    for w in (comm.alltoall(x), comm.alltoall(y, y)):          # separate, then in place
+        np.testing.assert_array_equal(w.wait(), want)
+        assert comm.size == 1 or w.counters["algo"] != "mpi"
 
 
 @pytest.mark.parametrize("dtype", CONTRACT_DTYPES)

@@ -77,16 +77,18 @@ def test_registered_buffers_every_form(sctx, mpi_world):
     np.testing.assert_array_equal(out, fw[r * 1000:(r + 1) * 1000])
     w.reduce_scatter(big, big[r * 1000:(r + 1) * 1000]).wait()
     np.testing.assert_array_equal(big[r * 1000:(r + 1) * 1000], fw[r * 1000:(r + 1) * 1000])
-    # allgather: separate buffers, then in place (block r of the output is the input)
-    mine = sctx.empty(1000, np.float32)
-    mine[:] = ints(1000, r, 4)
-    gathered = np.empty(n * 1000, np.float32)
+    # allgather: separate buffers, then in place (block r of the output is the input);
+    # blocks of more than mpi_coll_bytes / 4 elements, so that shared memory, not MPI, runs
+    b = 17_001
+    mine = sctx.empty(b, np.float32)
+    mine[:] = ints(b, r, 4)
+    gathered = np.empty(n * b, np.float32)
     mpi_world.Allgather(mine.copy(), gathered)
-    outg = sctx.zeros(n * 1000, np.float32)
+    outg = sctx.zeros(n * b, np.float32)
     w.allgather(mine, outg).wait()
     np.testing.assert_array_equal(outg, gathered)
-    ing = sctx.zeros(n * 1000, np.float32)
-    ing[r * 1000:(r + 1) * 1000] = mine
+    ing = sctx.zeros(n * b, np.float32)
+    ing[r * b:(r + 1) * b] = mine
     w.allgather(ing, ing).wait()
     np.testing.assert_array_equal(ing, gathered)
     assert {a for c, a in algos(sctx)} == {"shm"}
