@@ -1,8 +1,8 @@
 """The express path: a tiny order-matched collective started on the calling thread.
 
 An allreduce, broadcast, allgather, alltoall or barrier that the algorithm table would
-give to the MPI library's own nonblocking collective (the ``mpi`` row: no key, host arrays, an MPI dtype
-and op, at most ``mpi_coll_bytes``) needs none of the general path's planning: no
+give to the MPI library's own nonblocking collective (the ``mpi`` row: no key, host
+arrays, an MPI dtype and op, at most ``mpi_coll_bytes``) needs none of the general path's planning: no
 algorithm choice, no program, no scratch, no queue.  Here it is recognised by a short
 accept test, becomes a Task over an ``ExpressLane``, and posts its MPI collectives before
 the call returns; ``wait()`` then polls that one request pair.  Anything the accept test
@@ -17,9 +17,9 @@ Why starting at once is safe:
 
 - MPI needs a communicator's collectives started in the same order on every rank.  An
   express collective starts only when this communicator's previous order-matched
-  collective has started (as ``Task.startable`` requires), and it takes its sequence
-  number under the communicator's lock while holding the engine, so no queued task of the
-  communicator can slip in front of it.
+  collective has started (``engine.task.started``, as ``Task.startable`` requires), and
+  it takes its sequence number under the communicator's lock while holding the engine, so
+  no queued task of the communicator can slip in front of it.
 - It never blocks: the MPI library progresses the collective, and the task waits in the
   engine's express list, polled by ``wait()`` or by the daemon, without an execution
   slot.  That is what the preemptive policy would do with it anyway (a waiting
@@ -37,8 +37,8 @@ from mpi4py import MPI
 from .algorithms import ALGO_CODES, Program
 from .algorithms.spec import COLLECTIVES
 from .buffers import dtype_code, op_code
-from .engine.lane import MPI_OPS
-from .engine.task import DONE, QUEUED, RUNNING, HashCheck, Task
+from .engine.lane import MPI_OPS, start_collective
+from .engine.task import DONE, QUEUED, RUNNING, HashCheck, Task, started
 from .submit import MPI_NATIVE_DTYPES, MPI_NATIVE_OPS
 from .work import Work
 
@@ -75,16 +75,8 @@ class ExpressLane:
         self.waits_done = self.bytes_moved = 0
 
     def post(self):
-        if self.kind == "allreduce":
-            self.req = self.mpi.Iallreduce(self.send, self.recv, self.mop)
-        elif self.kind == "broadcast":
-            self.req = self.mpi.Ibcast(self.recv, self.root)
-        elif self.kind == "allgather":
-            self.req = self.mpi.Iallgather(self.send, self.recv)
-        elif self.kind == "alltoall":
-            self.req = self.mpi.Ialltoall(self.send, self.recv)
-        else:
-            self.req = self.mpi.Ibarrier()
+        self.req = start_collective(self.mpi, self.kind, self.send, self.recv, self.mop,
+                                    self.root)
         return self.req
 
     def finish(self) -> None:
@@ -204,10 +196,8 @@ class Express:
 
     def _ready(self) -> bool:
         comm, eng = self.comm, self.engine
-        prev = comm._last_ordered
         return (comm.broken is None and eng.broken is None and not comm._freed
-                and not self.ctx._closed and eng.express_ok
-                and (prev is None or prev.t_start is not None or prev.finished))
+                and not self.ctx._closed and eng.express_ok and started(comm._last_ordered))
 
     def allreduce(self, x, out, op):
         if x.__class__ is not np.ndarray or op.__class__ is not str:
@@ -298,8 +288,8 @@ class Express:
             return None
         try:
             with comm._lock:
-                prev = comm._last_ordered      # again, now that no submission can interleave
-                if prev is not None and prev.t_start is None and not prev.finished:
+                # again, now that no submission can interleave
+                if not started(comm._last_ordered):
                     return None
                 seq = comm._seq
                 comm._seq += 1

@@ -216,8 +216,7 @@ class Engine:
                 _SET_SLACK(old_slack)
             with self._want_lock:
                 self._want -= 1
-                if self._want == 0 and (self._live or self.sq or self.express
-                                        or self._report is not None):
+                if self._want == 0 and (not self.idle() or self._report is not None):
                     self._resume.set()     # work is left: the daemon takes over
 
     def _alone(self, task) -> bool:
@@ -257,7 +256,7 @@ class Engine:
                 idle += 1
                 if self.sq:
                     continue
-                if self._live == 0 and not self.express and self._report is None:
+                if self.idle() and self._report is None:
                     # no work: a few slow polls (idle_polls), then park until a submission;
                     # a parked daemon still serves control messages every PARK_SECONDS
                     if idle > s.idle_polls:

@@ -106,6 +106,21 @@ class CudaOps:
 MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
 
 
+def start_collective(mpi_comm, kind, send, recv, op=None, root=0):
+    """Start the MPI library's own nonblocking collective ``kind`` (the ``mpi`` rows of
+    the algorithm table, on the general path and on the express path); ``send`` may be
+    MPI.IN_PLACE.  Returns its request."""
+    if kind == "allreduce":
+        return mpi_comm.Iallreduce(send, recv, op)
+    if kind == "broadcast":
+        return mpi_comm.Ibcast(recv, root)
+    if kind == "allgather":
+        return mpi_comm.Iallgather(send, recv)
+    if kind == "alltoall":
+        return mpi_comm.Ialltoall(send, recv)
+    return mpi_comm.Ibarrier()
+
+
 class Shm:
     """What a shared-memory program needs at run time: the communicator's area, this
     collective's epoch base, the map from local index to communicator rank, and peers'
@@ -191,17 +206,9 @@ class Lane:
 
     def _coll(self, p):
         """Start an MPI nonblocking collective (algorithms/mpicoll.py)."""
-        if p.kind == "allreduce":
-            send = MPI.IN_PLACE if p.send == p.recv else self._arr(p.send)
-            req = self.mpi.Iallreduce(send, self._arr(p.recv), op=MPI_OPS[self.op])
-        elif p.kind == "broadcast":
-            req = self.mpi.Ibcast(self._arr(p.recv), root=p.root)
-        elif p.kind in ("allgather", "alltoall"):
-            send = MPI.IN_PLACE if p.send == p.recv else self._arr(p.send)
-            start = self.mpi.Iallgather if p.kind == "allgather" else self.mpi.Ialltoall
-            req = start(send, self._arr(p.recv))
-        else:
-            req = self.mpi.Ibarrier()
+        send = MPI.IN_PLACE if p.send == p.recv else self._arr(p.send)
+        req = start_collective(self.mpi, p.kind, send, self._arr(p.recv), MPI_OPS.get(self.op),
+                               p.root)
         return [req], [("coll", -1, p.recv.n * self.itemsize)], None
 
     def _describe(self, p):

@@ -103,6 +103,12 @@ class HashCheck:
             self.detail.cancel()
 
 
+def started(prev) -> bool:
+    """``prev``, a communicator's previous order-matched task (or None), has started (or
+    ended), so the next one may start its MPI collectives: see Task.startable."""
+    return prev is None or prev.t_start is not None or prev.finished
+
+
 class Task:
     __slots__ = (
         "work", "comm", "coll", "dtype", "count", "root", "op", "seq", "key", "key_instance",
@@ -163,8 +169,7 @@ class Task:
         """Order-matched collectives start MPI collectives (the check, tiny messages), which
         every rank must start in the same order on a communicator: a task starts only after
         its communicator's previous order-matched task started."""
-        prev = self.prev
-        return prev is None or prev.t_start is not None or prev.finished
+        return started(self.prev)
 
     def start(self) -> None:
         """Take an execution slot: post the first transfers and run to the first wait."""

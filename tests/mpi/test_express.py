@@ -56,6 +56,17 @@ def test_allreduce_matches_mpi(ectx, mpi_world, dtype, op):
     np.testing.assert_array_equal(y, ref)
 
 
+def test_express_task_sets_every_task_field(ectx):
+    """ExpressTask.__init__ sets Task's fields itself (Task.__init__ would build a check it
+    does not use): a field added to Task must be set there too."""
+    from hpccoll.engine.task import Task
+    w = ectx.world.allreduce(np.ones(2, np.int32))
+    assert express(w)
+    unset = [f for f in Task.__slots__ + ExpressTask.__slots__ if not hasattr(w._task, f)]
+    assert unset == []
+    w.wait()
+
+
 def test_avg_and_multidim(ectx, mpi_world):
     n, r = ectx.size, ectx.rank
     x = np.full((2, 3), float(r), np.float64)
