@@ -4,8 +4,9 @@ An allreduce, broadcast, allgather, alltoall or barrier that the algorithm table
 give to the MPI library's own nonblocking collective (the ``mpi`` row: no key, host
 arrays, an MPI dtype and op, at most ``mpi_coll_bytes``) needs none of the general path's planning: no
 algorithm choice, no program, no scratch, no queue.  Here it is recognised by a short
-accept test, becomes a Task over an ``ExpressLane``, and posts its MPI collectives before
-the call returns; ``wait()`` then polls that one request pair.  Anything the accept test
+accept test, posts its MPI collectives (the check's, then the data's) and only then becomes
+a Task over an ``ExpressLane``, so the peers' contributions arrive while this rank does its
+bookkeeping; ``wait()`` then polls that one request pair.  Anything the accept test
 does not recognise (another type, a non-contiguous array, a key, blocks=, a bad argument)
 returns None and takes the general path, which is also where the error messages come from.
 
@@ -38,7 +39,7 @@ from .algorithms import ALGO_CODES, Program
 from .algorithms.spec import COLLECTIVES
 from .buffers import dtype_code, op_code
 from .engine.lane import MPI_OPS, start_collective
-from .engine.task import DONE, QUEUED, RUNNING, HashCheck, Task, started
+from .engine.task import DONE, RUNNING, HashCheck, Task, started
 from .submit import MPI_NATIVE_DTYPES, MPI_NATIVE_OPS
 from .work import Work
 
@@ -104,38 +105,32 @@ class ExpressLane:
 
 
 class ExpressTask(Task):
-    """A Task whose start posts the check's and the data's MPI collectives (in that order,
-    like the general path) and whose poll tests the two requests.  The check is a
-    HashCheck; it becomes the task's check lane (and Task.poll takes over) only to
-    explain a mismatch or a truncated message."""
+    """A Task whose MPI collectives, the check's and the data's (in that order, like the
+    general path), were posted before it was built, and whose poll tests the two
+    requests.  The check is a HashCheck; it becomes the task's check lane (and Task.poll
+    takes over) only to explain a mismatch or a truncated message."""
     __slots__ = ("hc",)
 
-    def __init__(self, work, comm, coll, dtype, count, root, op, seq, data, result, fp):
+    def __init__(self, work, comm, coll, dtype, count, root, op, seq, data, result, fp, hc):
         self.work, self.comm = work, comm
         self.coll, self.dtype, self.count, self.root, self.op = coll, dtype, count, root, op
         self.seq, self.key, self.key_instance = seq, None, 0
         self.data, self.fp, self.check, self.prev = data, fp, None, None
         self.express = True
         self.result = result
-        self.state = QUEUED
+        self.state = RUNNING     # started: its collectives are posted
         self.error = self.doomed = self.gseq = self.yield_times = None
         self.retired = False
-        self.t_issue = self.last_progress = monotonic()
-        self.t_start = self.t_end = None
+        self.t_issue = self.t_start = self.last_progress = monotonic()
+        self.t_end = None
         self.polls = self.tries = self.yields = self.yields_progress = 0
         self.spins = self.threshold = 0
         self.consecutive = 1
         self.made_progress = False
-        self.hc = None           # the check while it runs; None once every hash agreed
+        self.hc = hc             # the check while it runs; None once every hash agreed
 
     def start(self) -> None:
-        self.state = RUNNING
-        self.t_start = self.last_progress = monotonic()
-        if self.fp is not None:
-            self.hc = HashCheck(self.fp, self.comm, self.data.mpi, self.data.tag + 1)
-            self.hc.start()
-        self.data.post()
-        self.poll()
+        """Posted before the task was built (Express._start)."""
 
     def poll(self) -> bool:
         if self.check is not None:
@@ -145,9 +140,13 @@ class ExpressTask(Task):
         self.polls += 1
         progressed = False
         try:
-            # the check completes even where the data cannot (ranks disagree)
+            # The check completes even where the data cannot (ranks disagree).  Until it
+            # has, its Test is the poll's only MPI call: it progresses the data's
+            # collective too, and the task cannot end before the check anyway.
             hc = self.hc
-            if hc is not None and hc.req.Test():
+            if hc is not None:
+                if not hc.req.Test():
+                    return False
                 if not hc.agreed():
                     return self._explain()
                 self.hc = None
@@ -284,7 +283,10 @@ class Express:
         eng, comm = self.engine, self.comm
         # Only the daemon can hold the engine when nobody waits, and only for one pass; a
         # thread in wait() may hold it for long: then the general path, without waiting.
-        if not self._ready() or eng._want or not eng.lock.acquire(timeout=LOCK_WAIT):
+        if not self._ready() or eng._want:
+            return None
+        lock = eng.lock
+        if not lock.acquire(False) and not lock.acquire(timeout=LOCK_WAIT):
             return None
         try:
             with comm._lock:
@@ -294,19 +296,30 @@ class Express:
                 seq = comm._seq
                 comm._seq += 1
                 tag = (seq % comm._tag_space) * 2
-                fp = None
+                lane = ExpressLane(comm._data, tag, coll, send, recv, mop, mroot, divisor)
+                hc = fp = None
                 if self.check:    # exactly the general path's fingerprint (submit.py)
                     fp = (_COLL_CODES[coll], code, count, root, _OP_CODES.get(op, 0), seq, 0,
                           _MPI_ALGO)
+                    hc = HashCheck(fp, comm, lane.mpi, tag + 1)
+                # Post first, book-keep after: the peers' contributions arrive meanwhile
+                # (an MPI library sends a tiny message when the collective is posted).
+                error = None
+                try:
+                    if hc is not None:
+                        hc.start()
+                    lane.post()
+                except Exception as exc:    # MPI errors at post time, as Engine.launch
+                    error = exc
                 work = Work(coll, eng)
-                lane = ExpressLane(comm._data, tag, coll, send, recv, mop, mroot, divisor)
-                task = ExpressTask(work, comm, coll, dt, count, root, op, seq, lane, result, fp)
+                task = ExpressTask(work, comm, coll, dt, count, root, op, seq, lane, result,
+                                   fp, hc)
                 work._task = task
                 comm._last_ordered = task
-                eng.start_express(task)
+                eng.start_express(task, error)
             return work
         finally:
-            eng.lock.release()
+            lock.release()
 
 
 _U8 = np.dtype(np.uint8)

@@ -99,14 +99,16 @@ class Engine:
     def idle(self) -> bool:
         return self._live == 0 and not self.sq and not self.express
 
-    def start_express(self, task) -> None:
-        """Start an express task now (the caller holds ``lock``); it is polled with the
-        others until it finishes."""
+    def start_express(self, task, error=None) -> None:
+        """Take an express task, its collectives posted (``error``: posting raised), to
+        poll with the others until it finishes; the caller holds ``lock``."""
         if self.trace is not None:
             task.yield_times = []
         self.express.append(task)
-        self.launch(task)
-        if task.finished:
+        self.switches += 1
+        if error is not None:
+            task.fail(error if isinstance(error, HpcCollError)
+                      else HpcCollError(f"{task.describe()}: {error}"))
             self.retire(task)
 
     def live(self) -> list:

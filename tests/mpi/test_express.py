@@ -282,3 +282,22 @@ def test_truncation_leaves_the_explanation_to_the_check(mpi_world, monkeypatch):
         assert express(w)
         with pytest.raises(hpccoll.CollectiveMismatch, match="count"):
             w.wait()
+
+
+def test_an_mpi_error_at_post_fails_the_collective(mpi_world, monkeypatch):
+    """The express path posts before it builds its task; an MPI error there fails that
+    collective with an error naming it, as the general path's launch does, on every
+    rank (each rank's post fails here), and the communicator is unusable after it."""
+    from hpccoll.express import ExpressLane
+
+    def post(lane):
+        raise MPI.Exception(MPI.ERR_OTHER)
+    monkeypatch.setattr(ExpressLane, "post", post)
+    with hpccoll.init(policy="preemptive", timeout=60) as ctx:
+        comm = ctx.world.dup()
+        w = comm.allreduce(np.ones(2, np.int64))
+        assert express(w)
+        with pytest.raises(hpccoll.HpcCollError, match=r"allreduce .*#0 int64 x2"):
+            w.wait()
+        with pytest.raises(hpccoll.HpcCollError):
+            comm.allreduce(np.ones(2, np.int64)).wait()
