@@ -178,6 +178,12 @@ SETTINGS: tuple[Setting, ...] = (
             "(sleeping releases the GIL for the application).  Left at its default, it is 0 "
             "on a node whose ranks outnumber the CPUs they may run on (spinning there takes "
             "the core a peer needs).", minimum=0),
+    Setting("yield_polls", int, 0,
+            "Fruitless polls after spin_polls in which a thread waiting in wait() hands its CPU "
+            "to another process (sched_yield) before it starts to sleep.  Left at its default, it "
+            "is 1000 on a node whose ranks outnumber the CPUs they may run on: there the peer "
+            "a wait needs is usually ready to run on this CPU, and a yield runs it at once where "
+            "a sleep leaves the CPU until the timer fires.", minimum=0),
     Setting("poll_sleep_us", float, 100.0,
             "Longest sleep in microseconds between polls while collectives are pending (the sleep "
             "grows from 0 to this; new submissions cut it short).", minimum=0.0),

@@ -13,6 +13,7 @@ messages (watchdog reports from other ranks).
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -46,6 +47,7 @@ def _timer_slack():
 
 
 _SET_SLACK = _timer_slack()
+_YIELD = getattr(os, "sched_yield", None)     # not on every platform
 FINE_SLACK_NS = 1000
 CTL_EVERY = 16          # passes between control polls while busy
 
@@ -140,14 +142,23 @@ class Engine:
     # -- driving progress ----------------------------------------------------------------
     def _backoff(self, idle: int, event: threading.Event | None = None) -> None:
         """After ``spin_polls`` fruitless passes, sleep (GIL released) for a time that grows
-        to ``poll_sleep_us``; ``event`` (new submissions) cuts it short."""
+        to ``poll_sleep_us``; ``event`` (new submissions) cuts it short.  A waiter (no
+        ``event``) first hands its CPU to another process ``yield_polls`` times: on an
+        oversubscribed node that is usually the peer it waits for (the daemon never yields:
+        nobody waits for it, and it would take the CPU from the application)."""
         s = self.settings
         if idle <= s.spin_polls:
             return
         if getattr(self.policy, "hot", False):
             return   # a yield happened: walk the queue at full speed (sched_yield would hand
             #          the core to another process for a whole time slice on a busy node)
-        delay = min(s.poll_sleep_us, 2.0 ** min(idle - s.spin_polls, 20)) * 1e-6
+        idle -= s.spin_polls
+        if event is None:
+            if idle <= s.yield_polls and _YIELD is not None:
+                _YIELD()
+                return
+            idle -= s.yield_polls
+        delay = min(s.poll_sleep_us, 2.0 ** min(idle, 20)) * 1e-6
         if event is None:
             time.sleep(delay)
         else:
@@ -208,7 +219,8 @@ class Engine:
                         idle += 1
                         if deadline is not None and time.monotonic() > deadline:
                             return
-                        if idle > self.settings.spin_polls and old_slack is None and _SET_SLACK:
+                        if (old_slack is None and _SET_SLACK and idle > self.settings.spin_polls
+                                + self.settings.yield_polls):
                             old_slack = _SET_SLACK(FINE_SLACK_NS)   # about to sleep
                         self._backoff(idle)
                 finally:

@@ -120,11 +120,13 @@ def test_trace_records_every_collective():
             ctx.trace()
 
 
-def test_oversubscribed_node_sleeps_instead_of_spinning(mpi_world):
+def test_oversubscribed_node_yields_instead_of_spinning(mpi_world):
     """Where the node's ranks outnumber the CPUs they may run on (4 ranks on this 2-core
-    CI machine), waiters sleep from the first fruitless poll, unless spin_polls is set."""
+    CI machine), waiters do not spin but hand the CPU over (yield_polls), then sleep,
+    unless those settings are set."""
     import os
     from mpi4py import MPI
+    from hpccoll.api import OVERSUBSCRIBED_YIELDS
     node = mpi_world.Split_type(MPI.COMM_TYPE_SHARED)
     cpus = node.allgather(frozenset(os.sched_getaffinity(0)))
     expected = node.Get_size() > len(frozenset().union(*cpus))
@@ -132,8 +134,33 @@ def test_oversubscribed_node_sleeps_instead_of_spinning(mpi_world):
     with hpccoll.init(timeout=60) as ctx:
         assert ctx.oversubscribed == expected
         assert ctx.settings.spin_polls == (0 if expected else 32)
-        assert ctx.settings.sources["spin_polls"] == ("oversubscribed node" if expected
-                                                      else "default")
+        assert ctx.settings.yield_polls == (OVERSUBSCRIBED_YIELDS if expected else 0)
+        for name in ("spin_polls", "yield_polls"):
+            assert ctx.settings.sources[name] == ("oversubscribed node" if expected
+                                                  else "default")
         np.testing.assert_array_equal(ctx.world.allreduce(np.ones(3)).wait(), np.full(3, ctx.size))
-    with hpccoll.init(timeout=60, spin_polls=5) as ctx:
+    with hpccoll.init(timeout=60, spin_polls=5, yield_polls=7) as ctx:
+        assert ctx.settings.yield_polls == 7 and ctx.settings.sources["yield_polls"] == "argument"
         assert ctx.settings.spin_polls == 5 and ctx.settings.sources["spin_polls"] == "argument"
+
+
+def test_waiters_yield_before_they_sleep_and_the_daemon_never_yields(monkeypatch):
+    """Engine._backoff: spin_polls fruitless polls free, then yield_polls yields of the
+    CPU, then sleeps growing from 1 us, for a thread in wait(); the daemon (which passes
+    its wake-up event) goes straight from spinning to sleeping."""
+    from types import SimpleNamespace
+    from hpccoll.engine import engine as en
+    calls = []
+    monkeypatch.setattr(en, "_YIELD", lambda: calls.append("yield"))
+    monkeypatch.setattr(en.time, "sleep", lambda d: calls.append(("sleep", round(d * 1e6))))
+    fake = SimpleNamespace(settings=SimpleNamespace(spin_polls=2, yield_polls=3,
+                                                    poll_sleep_us=4.0),
+                           policy=SimpleNamespace(),
+                           _sleep=lambda event, d: calls.append(("wake", round(d * 1e6))))
+    for idle in range(1, 9):
+        en.Engine._backoff(fake, idle)
+    assert calls == ["yield"] * 3 + [("sleep", 2), ("sleep", 4), ("sleep", 4)]
+    calls.clear()
+    for idle in range(1, 5):
+        en.Engine._backoff(fake, idle, event=object())
+    assert calls == [("wake", 2), ("wake", 4)]
