@@ -20,6 +20,7 @@ from .work import Work
 # and no cap were alike, 340-350 us; sleeping from the first fruitless poll, 730-850 us)
 OVERSUBSCRIBED_YIELDS = 1000
 
+
 def _mpi():
     """Import mpi4py with MPI_THREAD_MULTIPLE: the engine thread and the application
     thread both call MPI (p2p on the engine, dup/split on the application)."""

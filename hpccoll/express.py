@@ -214,12 +214,10 @@ class Express:
             if not x.flags.writeable:
                 return None
             send, recv, result = MPI.IN_PLACE, x, x
-        elif (out.__class__ is not np.ndarray or out.dtype != dt or out.size != x.size
-              or not out.flags.c_contiguous or not out.flags.writeable
-              or np.may_share_memory(x, out)):
-            return None
-        else:
+        elif self._separate(x, out, x.size):
             send, recv, result = x, out, out
+        else:
+            return None
         return self._start("allreduce", dt, code, x.size, 0, op, result,
                            send, recv, mop, 0, self.size if op == "avg" else 0)
 

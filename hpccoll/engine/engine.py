@@ -109,8 +109,7 @@ class Engine:
         self.express.append(task)
         self.switches += 1
         if error is not None:
-            task.fail(error if isinstance(error, HpcCollError)
-                      else HpcCollError(f"{task.describe()}: {error}"))
+            self._failed_start(task, error)
             self.retire(task)
 
     def live(self) -> list:
@@ -336,10 +335,15 @@ class Engine:
         self.switches += 1
         try:
             task.start()
-        except HpcCollError as exc:
-            task.fail(exc)
-        except Exception as exc:  # MPI errors at post time
-            task.fail(HpcCollError(f"{task.describe()}: {exc}"))
+        except Exception as exc:
+            self._failed_start(task, exc)
+
+    @staticmethod
+    def _failed_start(task, exc: Exception) -> None:
+        """Starting ``task`` raised (an MPI error at post time, or hpccoll's own): the task
+        fails with an error that names it."""
+        task.fail(exc if isinstance(exc, HpcCollError)
+                  else HpcCollError(f"{task.describe()}: {exc}"))
 
     def retire(self, task) -> None:
         if task.state == FAILED and task.comm.broken is None:
