@@ -8,10 +8,11 @@ MPI is imported (and initialised with MPI_THREAD_MULTIPLE) by ``init``, not by
 ``import hpccoll``.
 """
 from ._version import __version__
-from .api import Communicator, Context, init
+from .core.communicator import Communicator
+from .core.context import Context, init
+from .core.work import Work
 from .errors import (ArgumentError, ArgumentTypeError, CollectiveMismatch, CollectiveTimeout,
                      ContextClosed, HpcCollError, WaitTimeout)
-from .work import Work
 
 __all__ = [
     "__version__", "init", "Context", "Communicator", "Work",

@@ -36,6 +36,20 @@ def _parse_optional_int(text: str) -> Optional[int]:
     return None if text.strip().lower() in ("", "none") else int(text)
 
 
+def _mismatch_mode(value: Any) -> Any:
+    """check_mismatch was a bool: True is today's default mode, False "off"."""
+    if isinstance(value, (bool, int)) and not isinstance(value, str):
+        return "deferred" if value else "off"
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return "deferred"
+        if low in ("0", "false", "no"):
+            return "off"
+        return low
+    return value
+
+
 def _parse_size(text: str) -> int:
     """Byte counts accept K/M/G suffixes (powers of 1024), like nccl-tests."""
     t = text.strip().upper().rstrip("B").rstrip("I")
@@ -56,6 +70,7 @@ class Setting:
     minimum: Optional[float] = None
     parse: Optional[Callable[[str], Any]] = None
     allow_none: bool = False
+    convert: Optional[Callable[[Any], Any]] = None   # older spellings of a value
 
     @property
     def env(self) -> str:
@@ -71,6 +86,8 @@ class Setting:
     def check(self, value: Any, where: str) -> Any:
         if value is None and self.allow_none:
             return None
+        if self.convert is not None:
+            value = self.convert(value)
         if self.type is bool:
             if not isinstance(value, (bool, int)):
                 raise ArgumentError(f"{where}: expected a bool, got {value!r}")
@@ -162,9 +179,24 @@ SETTINGS: tuple[Setting, ...] = (
             "hierarchical algorithms on one machine); None: nodes as MPI reports them.",
             minimum=1, allow_none=True,
             parse=_parse_optional_int),
-    Setting("check_mismatch", bool, True,
-            "Send a fingerprint (collective, dtype, count, root, op) with the first message of every "
-            "collective so that ranks that disagree raise CollectiveMismatch instead of hanging."),
+    Setting("check_mismatch", str, "deferred",
+            "Ranks that disagree about a collective (type, dtype, count, root, op, buffers, "
+            "algorithm) raise the same CollectiveMismatch on every rank, naming ranks, the "
+            "sequence number and the fields. 'deferred': each communicator keeps a digest of "
+            "its collectives' fingerprints, compared every mismatch_every collectives (riding "
+            "along with one), mismatch_ms after the last comparison, when a wait stalls for "
+            "mismatch_ms, and at close: a mismatch surfaces within those bounds, at almost no "
+            "cost per call. 'every': each collective's fingerprint is compared before it "
+            "completes (debugging; one more MPI collective per call). 'off': no check. "
+            "True/False mean 'deferred'/'off'.",
+            choices=("deferred", "every", "off"), parse=_mismatch_mode, convert=_mismatch_mode),
+    Setting("mismatch_every", int, 64,
+            "check_mismatch='deferred': the digest rides along with every this-many-th "
+            "order-matched collective of a communicator.", minimum=1),
+    Setting("mismatch_ms", float, 100.0,
+            "check_mismatch='deferred': milliseconds after which a communicator's digest is "
+            "compared over the control plane, and after which a wait without progress probes "
+            "for a mismatch.", minimum=1.0),
     Setting("report_wait", float, 1.0,
             "Seconds a rank that hit the timeout waits for the other ranks' reports.", minimum=0.0),
     Setting("trace", bool, False,
@@ -191,9 +223,14 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds close() waits for the other ranks to close before giving up with a warning.",
             minimum=0.0),
     Setting("express", bool, True,
-            "Preemptive policy: an order-matched collective small enough for the MPI library's own "
-            "collective (mpi_coll_bytes) starts on the calling thread, skipping the engine's queue, "
-            "when its communicator has nothing queued before it (see docs/performance.md)."),
+            "Preemptive policy: an order-matched collective that the MPI library runs itself "
+            "(mpi_coll_bytes) starts on the calling thread, skipping the engine's queue, when "
+            "its communicator has nothing queued before it (see docs/performance.md)."),
+    Setting("persistent_bytes", int, 0,
+            "Collectives that run as the MPI library's own (mpi_coll_bytes) up to this many "
+            "bytes reuse persistent requests (MPI-4 *_init, started again each call) on staging "
+            "buffers of their plan, where MPI has them; 0 disables.", minimum=0,
+            parse=_parse_size),
     Setting("inline_bytes", int, 4096,
             "Collectives up to this size are driven by the calling thread when the engine is idle, "
             "avoiding the thread hand-off (0 disables).", minimum=0, parse=_parse_size),

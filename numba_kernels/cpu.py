@@ -1,12 +1,15 @@
 """CPU kernels (Numba njit, parallel over a configurable number of threads) with the same
-signature as the CUDA ones: ``blocks`` is the thread count, ``threads_per_block`` and
+signatures as the CUDA ones: ``blocks`` is the thread count, ``threads_per_block`` and
 ``stream`` are accepted and ignored.  Used for host arrays when a collective asks for
 ``blocks`` (the contention-aware allocation chooses a thread count); NumPy's ufuncs
-(single-threaded) remain the default.  float16 is not supported by Numba on the CPU:
-those calls fall back to NumPy (float32 accumulation, one rounding)."""
+(one thread) remain the default.  Each element is computed exactly as the NumPy
+reference (hpccoll/core/ops.py) computes it, so the bits agree.  Numba has no float16
+or bfloat16 on the CPU: those run the NumPy reference itself."""
 from __future__ import annotations
 
 import numpy as np
+
+from hpccoll.core import ops as table
 
 from . import ops, registry
 
@@ -34,12 +37,27 @@ def _build_scale(dtype: np.dtype):
     numba = _numba()
 
     @numba.njit(parallel=True)
-    def scale(dst, divisor):
+    def scale(dst, src, divisor):
         for i in numba.prange(dst.size):
-            dst[i] = dst[i] / divisor
+            dst[i] = src[i] / divisor
 
-    scale(np.ones(2, dtype), 1)
+    x = np.ones(2, dtype)
+    scale(x, x, dtype.type(1))
     return scale
+
+
+def _build_add_scaled(dtype: np.dtype):
+    """dst += src / divisor: one more contribution of an average."""
+    numba = _numba()
+
+    @numba.njit(parallel=True)
+    def add_scaled(dst, src, divisor):
+        for i in numba.prange(dst.size):
+            dst[i] = dst[i] + src[i] / divisor
+
+    x = np.ones(2, dtype)
+    add_scaled(x, x, dtype.type(1))
+    return add_scaled
 
 
 def _build_copy(dtype: np.dtype):
@@ -64,40 +82,54 @@ def _threads(blocks: int) -> None:
 
 
 def supported(dtype) -> bool:
-    return np.dtype(dtype) != np.float16
+    return np.dtype(dtype) not in ops.LOW_PRECISION
 
 
-def reduce(op: str, dst: np.ndarray, srcs, blocks: int, threads_per_block: int = 0, stream=None):
-    """dst = srcs[0] (op) srcs[1] (op) ...; dst may alias a source."""
-    if len(srcs) < 2:
-        raise ValueError("reduce needs at least two sources")
+def _kernel(kind: str, op: str, dt: np.dtype):
+    builders = {"reduce": lambda: _build_reduce(op, dt), "scale": lambda: _build_scale(dt),
+                "add_scaled": lambda: _build_add_scaled(dt), "copy": lambda: _build_copy(dt)}
+    return registry.get(("cpu", kind, op, dt.str, 2), builders[kind])
+
+
+def reduce(op: str, dst: np.ndarray, srcs, blocks: int, threads_per_block: int = 0, stream=None,
+           divisor: int = 0):
+    """dst = srcs[0] (op) srcs[1] (op) ..., folded in order into dst (dst may alias
+    srcs[0] only); with a divisor (avg) every source is divided by it first.  Per
+    element this is the NumPy reference's sequence of operations, so the bits agree."""
     if dst.size == 0:
         return
+    op = "sum" if op == "avg" else op     # avg sums contributions divided first
     dt = dst.dtype
-    if not supported(dt):
-        acc = srcs[0].astype(np.float32)
-        fn = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum,
-              "max": np.maximum}[op]
-        for s in srcs[1:]:
-            fn(acc, s, out=acc)
-        np.copyto(dst, acc, casting="unsafe")
+    if not supported(dt) or op not in ops.COMBINE:
+        table.reduce_n(op, dst, srcs, divisor)
         return
-    kernel = registry.get(("cpu", "reduce", op, dt.str, 2), lambda: _build_reduce(op, dt))
     _threads(blocks)
+    if divisor:
+        d = dt.type(divisor)
+        _kernel("scale", "", dt)(dst, srcs[0], d)
+        add = _kernel("add_scaled", "", dt) if len(srcs) > 1 else None
+        for s in srcs[1:]:
+            add(dst, s, d)
+        return
+    if len(srcs) == 1:
+        _kernel("copy", "", dt)(dst, srcs[0])
+        return
+    kernel = _kernel("reduce", op, dt)
     kernel(dst, srcs[0], srcs[1])
     for s in srcs[2:]:
         kernel(dst, dst, s)
 
 
-def scale(dst: np.ndarray, divisor: int, blocks: int, threads_per_block: int = 0, stream=None):
+def scale(dst: np.ndarray, src: np.ndarray, divisor: int, blocks: int, threads_per_block: int = 0,
+          stream=None):
+    """dst = src / divisor (dst may be src)."""
     if dst.size == 0:
         return
     if not supported(dst.dtype):
-        np.copyto(dst, dst.astype(np.float32) / divisor, casting="unsafe")
+        table.scale(dst, src, divisor)
         return
-    kernel = registry.get(("cpu", "scale", "", dst.dtype.str, 1), lambda: _build_scale(dst.dtype))
     _threads(blocks)
-    kernel(dst, divisor)
+    _kernel("scale", "", dst.dtype)(dst, src, dst.dtype.type(divisor))
 
 
 def copy(dst: np.ndarray, src: np.ndarray, blocks: int, threads_per_block: int = 0, stream=None):
@@ -106,26 +138,31 @@ def copy(dst: np.ndarray, src: np.ndarray, blocks: int, threads_per_block: int =
     if not supported(dst.dtype):
         np.copyto(dst, src)
         return
-    kernel = registry.get(("cpu", "copy", "", dst.dtype.str, 1), lambda: _build_copy(dst.dtype))
     _threads(blocks)
-    kernel(dst, src)
+    _kernel("copy", "", dst.dtype)(dst, src)
 
 
-def prepare(op: str, dtype) -> None:
-    """Compile what a collective with this op and dtype will launch (reduce; scale for avg)."""
+def prepare(op, dtype) -> None:
+    """Compile what a collective with this op and dtype will launch, on the calling
+    thread, never inside the engine: copy always, reduce for reductions, the average's
+    two kernels for avg."""
     dt = np.dtype(dtype)
-    if supported(dt) and op in ops.COMBINE:
-        registry.get(("cpu", "reduce", op, dt.str, 2), lambda: _build_reduce(op, dt))
-        registry.get(("cpu", "copy", "", dt.str, 1), lambda: _build_copy(dt))
-        if op == "avg":
-            registry.get(("cpu", "scale", "", dt.str, 1), lambda: _build_scale(dt))
+    avg = op == "avg"
+    if not supported(dt):
+        return
+    _kernel("copy", "", dt)
+    if op in ops.COMBINE:
+        op = "sum" if op == "avg" else op
+        _kernel("reduce", op, dt)
+        if avg:
+            _kernel("scale", "", dt)
+            _kernel("add_scaled", "", dt)
 
 
-def warmup(op_names=ops.OPS, dtypes=ops.DTYPES) -> dict:
+def warmup(op_names=table.KERNEL_OPS, dtypes=ops.DTYPES) -> dict:
     """Compile every (op, dtype) now; returns the compile seconds per kernel."""
     for dt in map(np.dtype, dtypes):
-        if not supported(dt):
-            continue
-        for op in op_names:
-            registry.get(("cpu", "reduce", op, dt.str, 2), lambda: _build_reduce(op, dt))
+        if supported(dt):
+            for op in op_names:
+                _kernel("reduce", op, dt)
     return registry.compiled()

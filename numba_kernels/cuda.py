@@ -20,9 +20,10 @@ ELEMS_PER_THREAD = 8    # grid-stride iterations a thread does before more block
 
 
 def _device_fns(op: str, dtype: np.dtype):
-    """(combine, widen, narrow) device functions for op on dtype."""
+    """(combine, widen, narrow) device functions for op on dtype (the accumulation rule of
+    hpccoll/core/ops.py: float16 combines in float32)."""
     combine = cuda.jit(device=True)(ops.COMBINE[op])
-    if dtype == np.float16:
+    if dtype in ops.LOW_PRECISION:
         # NumPy scalar constructors: valid Python (simulator) and typed casts for Numba
         widen = cuda.jit(device=True)(lambda x: np.float32(x))
         narrow = cuda.jit(device=True)(lambda x: np.float16(x))
@@ -31,54 +32,67 @@ def _device_fns(op: str, dtype: np.dtype):
     return combine, widen, narrow
 
 
-def _build_reduce(op: str, dtype: np.dtype, k: int):
+def _build_reduce2(op: str, dtype: np.dtype):
     combine, widen, narrow = _device_fns(op, dtype)
-    if k == 2:
-        @cuda.jit
-        def kernel(dst, a, b):
-            i = cuda.grid(1)
-            stride = cuda.gridsize(1)
-            while i < dst.size:
-                dst[i] = narrow(combine(widen(a[i]), widen(b[i])))
-                i += stride
-    elif k == 3:
-        @cuda.jit
-        def kernel(dst, a, b, c):
-            i = cuda.grid(1)
-            stride = cuda.gridsize(1)
-            while i < dst.size:
-                dst[i] = narrow(combine(combine(widen(a[i]), widen(b[i])), widen(c[i])))
-                i += stride
-    else:
-        @cuda.jit
-        def kernel(dst, a, b, c, d):
-            i = cuda.grid(1)
-            stride = cuda.gridsize(1)
-            while i < dst.size:
-                acc = combine(combine(widen(a[i]), widen(b[i])), widen(c[i]))
-                dst[i] = narrow(combine(acc, widen(d[i])))
-                i += stride
-    x = cuda.device_array(2, dtype)
-    kernel[1, 2](x, *([x] * k))   # compile now (warm-up), not inside a collective
-    cuda.synchronize()
-    return kernel
-
-
-def _build_scale(dtype: np.dtype):
-    _, widen, narrow = _device_fns("sum", dtype)
 
     @cuda.jit
-    def kernel(dst, divisor):
+    def kernel(dst, a, b):
         i = cuda.grid(1)
         stride = cuda.gridsize(1)
         while i < dst.size:
-            dst[i] = narrow(widen(dst[i]) / divisor)
+            dst[i] = narrow(combine(widen(a[i]), widen(b[i])))
             i += stride
 
     x = cuda.device_array(2, dtype)
-    kernel[1, 2](x, 1)
+    kernel[1, 2](x, x, x)     # compile now (warm-up), not inside a collective
     cuda.synchronize()
     return kernel
+
+
+def _build_fold(op: str, dtype: np.dtype, avg: bool):
+    """The k-source reduction as three grid-stride kernels over an accumulator array (the
+    destination itself unless the dtype accumulates wider): start (acc = widen(src)),
+    fold (acc = acc (op) widen(src)), finish (dst = narrow(acc)); ``avg``: every source
+    divided by the divisor first.  (Two builds, not a runtime branch: integers must never
+    pass through a float expression.)"""
+    combine, widen, narrow = _device_fns(op, dtype)
+    if avg:
+        term = cuda.jit(device=True)(lambda x, d: x / d)
+    else:
+        term = cuda.jit(device=True)(lambda x, d: x)
+
+    @cuda.jit
+    def start(acc, src, divisor):
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while i < acc.size:
+            acc[i] = term(widen(src[i]), divisor)
+            i += stride
+
+    @cuda.jit
+    def fold(acc, src, divisor):
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while i < acc.size:
+            acc[i] = combine(acc[i], term(widen(src[i]), divisor))
+            i += stride
+
+    @cuda.jit
+    def finish(dst, acc):
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while i < dst.size:
+            dst[i] = narrow(acc[i])
+            i += stride
+
+    x = cuda.device_array(2, dtype)
+    a = cuda.device_array(2, ops.accumulator(dtype))
+    one = ops.accumulator(dtype).type(1)
+    start[1, 2](a, x, one)
+    fold[1, 2](a, x, one)
+    finish[1, 2](x, a)
+    cuda.synchronize()
+    return start, fold, finish
 
 
 def _build_copy(dtype: np.dtype):
@@ -104,41 +118,56 @@ def _launch(kernel, blocks: int, threads_per_block: int, stream, *args):
         kernel[int(blocks), int(threads_per_block), stream](*args)
 
 
-def reduce(op: str, dst, srcs, blocks: int, threads_per_block: int = 256, stream=None):
-    """dst = srcs[0] (op) srcs[1] (op) ... on the device; dst may alias a source.
-    Up to four sources per launch; more are folded in by further launches."""
-    if len(srcs) < 2:
-        raise ValueError("reduce needs at least two sources")
+def _get(kind: str, op: str, dt: np.dtype):
+    builders = {"reduce": lambda: _build_reduce2(op, dt),
+                "fold": lambda: _build_fold(op, dt, False), "avg": lambda: _build_fold(op, dt, True),
+                "copy": lambda: _build_copy(dt)}
+    return registry.get(("cuda", kind, op, dt.str, 2), builders[kind])
+
+
+def reduce(op: str, dst, srcs, blocks: int, threads_per_block: int = 256, stream=None,
+           divisor: int = 0):
+    """dst = srcs[0] (op) srcs[1] (op) ... on the device, in order, in the accumulator
+    type, rounded once; with a divisor (avg) every source is divided by it first.  dst
+    may alias srcs[0] only."""
+    if dst.size == 0:
+        return
+    op = "sum" if op == "avg" else op     # avg sums contributions divided first
+    dt = np.dtype(dst.dtype)
+    shape = (blocks, threads_per_block, stream)
+    if len(srcs) == 2 and not divisor:
+        _launch(_get("reduce", op, dt), *shape, dst, srcs[0], srcs[1])
+        return
+    start, fold, finish = _get("avg" if divisor else "fold", op, dt)
+    acc_dt = ops.accumulator(dt)
+    acc = dst if acc_dt == dt else cuda.device_array(dst.size, acc_dt, stream=stream or 0)
+    d = acc_dt.type(divisor)
+    _launch(start, *shape, acc, srcs[0], d)
+    for s in srcs[1:]:
+        _launch(fold, *shape, acc, s, d)
+    if acc is not dst:
+        _launch(finish, *shape, dst, acc)
+
+
+def scale(dst, src, divisor: int, blocks: int, threads_per_block: int = 256, stream=None):
+    """dst = src / divisor in the accumulator type, rounded once (dst may be src)."""
     if dst.size == 0:
         return
     dt = np.dtype(dst.dtype)
-    first = srcs[:4]
-    k = len(first)
-    kernel = registry.get(("cuda", "reduce", op, dt.str, k), lambda: _build_reduce(op, dt, k))
-    _launch(kernel, blocks, threads_per_block, stream, dst, *first)
-    rest = srcs[4:]
-    while rest:
-        more = rest[:3]
-        rest = rest[3:]
-        k = len(more) + 1
-        kernel = registry.get(("cuda", "reduce", op, dt.str, k), lambda: _build_reduce(op, dt, k))
-        _launch(kernel, blocks, threads_per_block, stream, dst, dst, *more)
-
-
-def scale(dst, divisor: int, blocks: int, threads_per_block: int = 256, stream=None):
-    if dst.size == 0:
+    start, _, finish = _get("avg", "sum", dt)
+    acc_dt = ops.accumulator(dt)
+    if acc_dt == dt:
+        _launch(start, blocks, threads_per_block, stream, dst, src, acc_dt.type(divisor))
         return
-    dt = np.dtype(dst.dtype)
-    kernel = registry.get(("cuda", "scale", "", dt.str, 1), lambda: _build_scale(dt))
-    _launch(kernel, blocks, threads_per_block, stream, dst, divisor)
+    acc = cuda.device_array(dst.size, acc_dt, stream=stream or 0)
+    _launch(start, blocks, threads_per_block, stream, acc, src, acc_dt.type(divisor))
+    _launch(finish, blocks, threads_per_block, stream, dst, acc)
 
 
 def copy(dst, src, blocks: int, threads_per_block: int = 256, stream=None):
     if dst.size == 0:
         return
-    dt = np.dtype(dst.dtype)
-    kernel = registry.get(("cuda", "copy", "", dt.str, 1), lambda: _build_copy(dt))
-    _launch(kernel, blocks, threads_per_block, stream, dst, src)
+    _launch(_get("copy", "", np.dtype(dst.dtype)), blocks, threads_per_block, stream, dst, src)
 
 
 def multiprocessors() -> int:
@@ -157,18 +186,19 @@ def default_blocks(nelems: int, threads_per_block: int, max_blocks: int) -> int:
 
 def prepare(op, dtype) -> None:
     """Compile what a collective with this op and dtype will launch, on the calling thread:
-    copy always; reduce for reductions; scale for avg."""
+    copy always; reduce for reductions; the fold kernels for avg (its division)."""
     dt = np.dtype(dtype)
-    registry.get(("cuda", "copy", "", dt.str, 1), lambda: _build_copy(dt))
+    avg = op == "avg"
+    _get("copy", "", dt)
     if op in ops.COMBINE:
-        registry.get(("cuda", "reduce", op, dt.str, 2), lambda: _build_reduce(op, dt, 2))
-        if op == "avg":
-            registry.get(("cuda", "scale", "", dt.str, 1), lambda: _build_scale(dt))
+        op = "sum" if op == "avg" else op
+        _get("reduce", op, dt)
+        if avg:
+            _get("avg", "sum", dt)
 
 
-def warmup(op_names=ops.OPS, dtypes=ops.DTYPES, sources=(2,)) -> dict:
+def warmup(op_names=ops.KERNEL_OPS, dtypes=ops.DTYPES) -> dict:
     for dt in map(np.dtype, dtypes):
         for op in op_names:
-            for k in sources:
-                registry.get(("cuda", "reduce", op, dt.str, k), lambda: _build_reduce(op, dt, k))
+            _get("reduce", op, dt)
     return registry.compiled()

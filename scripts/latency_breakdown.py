@@ -1,12 +1,20 @@
 #!/usr/bin/env python
-"""Where an 8 B allreduce spends its time on this machine (run under mpiexec -n 2):
-each stage timed with perf_counter around the real calls, medians over many operations,
-next to the MPI library's own Allreduce and Iallreduce.  The stage timers themselves
-cost about a microsecond each.
+"""Where an 8 B allreduce spends its time on this machine (run under mpiexec -n 2), next to
+what the MPI library itself costs, medians over many calls, one run:
 
-Two paths: the general one (``express=False``: validation, planning, a queued task, the
-engine's pass) stage by stage, then the express path (hpccoll/express.py, the default
-under the preemptive policy) as call and wait, with the mismatch check on and off."""
+    mpiexec -n 2 python scripts/latency_breakdown.py [calls]
+
+For each configuration of the one pipeline (the default; the per-call mismatch check;
+no check; no persistent requests; the engine's queue instead of the calling thread):
+
+- "before MPI": from calling ``allreduce`` to the moment its lane starts MPI's collective
+  (validation, the cached plan, naming, the ledger, the task): the Python time before the
+  first MPI call (a wrapper around the lane's start marks the moment; it costs ~0.1 us);
+- "call": until ``allreduce`` returns; "wait": ``wait()``; "total": both.
+
+Then the floors: MPI's blocking Allreduce, Iallreduce + a Test loop, a persistent request
+(Allreduce_init once, Start + Test loop), and two Iallreduce (what a per-call check
+costs with no bookkeeping at all)."""
 import sys
 import time
 from pathlib import Path
@@ -15,126 +23,108 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hpccoll  # noqa: E402
-from hpccoll import collectives  # noqa: E402
+from hpccoll.engine import lane as lanes  # noqa: E402
+
+CONFIGS = [
+    ("default (deferred check)", {}),
+    ("check_mismatch=every", {"check_mismatch": "every"}),
+    ("check_mismatch=off", {"check_mismatch": "off"}),
+    ("persistent_bytes=0", {"persistent_bytes": 0}),
+    ("express=False (queued)", {"express": False}),
+]
 
 
-def express(world, n, check: bool) -> tuple:
-    """(call, wait, total) medians of the express path, seconds."""
-    ctx = hpccoll.init(policy="preemptive", express=True, check_mismatch=check)
+def ours(world, n, options) -> dict:
+    """Medians (seconds) of each stage for one configuration."""
+    marks = []
+    start = lanes.MpiLane.start
+
+    def marked(lane):
+        marks.append(time.perf_counter())
+        start(lane)
+    lanes.MpiLane.start = marked
+    try:
+        with hpccoll.init(policy="preemptive", **options) as ctx:
+            comm = ctx.world
+            x = np.ones(2, np.float32)
+            out = np.empty_like(x)
+            stages = {"before MPI": [], "call": [], "wait": [], "total": []}
+            for i in range(n + 100):
+                world.Barrier()
+                marks.clear()
+                t0 = time.perf_counter()
+                w = comm.allreduce(x, out)
+                t1 = time.perf_counter()
+                w.wait()
+                t2 = time.perf_counter()
+                if i >= 100:
+                    stages["before MPI"].append((marks[0] - t0) if marks else np.nan)
+                    stages["call"].append(t1 - t0)
+                    stages["wait"].append(t2 - t1)
+                    stages["total"].append(t2 - t0)
+            assert (out == ctx.size).all()
+    finally:
+        lanes.MpiLane.start = start
+    return {k: float(np.nanmedian(v)) for k, v in stages.items()}
+
+
+def floors(world, n) -> dict:
+    from mpi4py import MPI
+    comm = world.Dup()
     x = np.ones(2, np.float32)
     out = np.empty_like(x)
-    call, wait, total = [], [], []
-    for i in range(n + 100):
-        world.Barrier()
-        t0 = time.perf_counter()
-        w = ctx.world.allreduce(x, out)
-        t1 = time.perf_counter()
-        w.wait()
-        t2 = time.perf_counter()
-        if i >= 100:
-            call.append(t1 - t0)
-            wait.append(t2 - t1)
-            total.append(t2 - t0)
-    ctx.close()
-    return tuple(float(np.median(v)) for v in (call, wait, total))
+    pair = np.zeros(2, np.int64)
+    persistent = comm.Allreduce_init(x, out, MPI.SUM) if hasattr(comm, "Allreduce_init") else None
+
+    def timed(fn):
+        ts = []
+        for i in range(n + 100):
+            world.Barrier()
+            t = time.perf_counter()
+            fn()
+            if i >= 100:
+                ts.append(time.perf_counter() - t)
+        return float(np.median(ts))
+
+    def test_loop(req):
+        while not req.Test():
+            pass
+
+    def start():
+        persistent.Start()
+        test_loop(persistent)
+
+    def two():
+        r1 = comm.Iallreduce(MPI.IN_PLACE, pair, op=MPI.MIN)
+        r2 = comm.Iallreduce(x, out)
+        test_loop(r1)
+        test_loop(r2)
+
+    got = {"MPI Allreduce": timed(lambda: comm.Allreduce(x, out)),
+           "MPI Iallreduce + Test": timed(lambda: test_loop(comm.Iallreduce(x, out)))}
+    if persistent is not None:
+        got["MPI persistent Start + Test"] = timed(start)
+        persistent.Free()
+    got["MPI 2 x Iallreduce"] = timed(two)
+    comm.Free()
+    return got
 
 
 def main(n=2000) -> int:
     from mpi4py import MPI
     world = MPI.COMM_WORLD
-    ctx = hpccoll.init(policy="preemptive", express=False)
-    comm, eng = ctx.world, ctx._engine
-    x = np.ones(2, np.float32)
-    out = np.empty_like(x)
-    stages = {k: [] for k in ("argument checks", "planning + task creation", "first pass (start, post)",
-                              "polls until complete", "completion (retire, wake)", "total")}
-    orig_pass, orig_alone, orig_complete = eng._pass, eng._poll_alone, eng._complete
-    mark = {}
-
-    def timed_pass():
-        t = time.perf_counter()
-        r = orig_pass()
-        mark.setdefault("first", time.perf_counter() - t)
-        return r
-
-    def timed_alone(task, idle):
-        t = time.perf_counter()
-        r = orig_alone(task, idle)
-        mark["polls"] = mark.get("polls", 0.0) + time.perf_counter() - t
-        return r
-
-    def timed_complete(task, admitted=True):
-        t = time.perf_counter()
-        orig_complete(task, admitted)
-        mark["complete"] = time.perf_counter() - t
-
-    eng._pass, eng._poll_alone, eng._complete = timed_pass, timed_alone, timed_complete
-    for i in range(n + 100):
-        mark.clear()
-        world.Barrier()
-        t0 = time.perf_counter()
-        collectives.allreduce(comm, x, out, "sum")          # what submit validates first
-        t1 = time.perf_counter()
-        w = comm.allreduce(x, out)
-        t2 = time.perf_counter()
-        w.wait()
-        t3 = time.perf_counter()
-        if i >= 100:
-            stages["argument checks"].append(t1 - t0)
-            stages["planning + task creation"].append((t2 - t1) - (t1 - t0))
-            stages["first pass (start, post)"].append(mark.get("first", 0.0))
-            stages["polls until complete"].append(mark.get("polls", 0.0))
-            stages["completion (retire, wake)"].append(mark.get("complete", 0.0))
-            stages["total"].append(t3 - t1)
-    mpi_comm = world.Dup()
-
-    def mpi_time(fn):
-        ts = []
-        for _ in range(n):
-            world.Barrier()
-            t = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t)
-        return float(np.median(ts))
-
-    def iall():
-        r = mpi_comm.Iallreduce(x, out)
-        while not r.Test():
-            pass
-
-    pair = np.zeros(2, np.int64)
-
-    def checked():
-        # the least a checked collective costs: the check's allreduce and the data's,
-        # posted back to back and tested, with no bookkeeping at all
-        r1 = mpi_comm.Iallreduce(MPI.IN_PLACE, pair, op=MPI.MIN)
-        r2 = mpi_comm.Iallreduce(x, out)
-        while not r1.Test():
-            pass
-        while not r2.Test():
-            pass
-    t_all = mpi_time(lambda: mpi_comm.Allreduce(x, out))
-    t_iall = mpi_time(iall)
-    t_checked = mpi_time(checked)
-    ctx.close()
-    fast = {check: express(world, n, check) for check in (True, False)}
+    results = {name: ours(world, n, options) for name, options in CONFIGS}
+    base = floors(world, n)
     if world.rank == 0:
+        ref = base["MPI Allreduce"]
         print(f"8 B float32 allreduce, {world.size} ranks, medians of {n} on rank 0 (us)")
-        print("general path (express=False):")
-        for k, v in stages.items():
-            print(f"  {k:<28}{np.median(v) * 1e6:>8.1f}")
-        for check, (call, wait, total) in fast.items():
-            print(f"express path, check_mismatch={check}:")
-            print(f"  {'call (accept, task, post)':<28}{call * 1e6:>8.1f}")
-            print(f"  {'wait (polls, completion)':<28}{wait * 1e6:>8.1f}")
-            print(f"  {'total':<28}{total * 1e6:>8.1f}")
-        print(f"  {'MPI Allreduce':<28}{t_all * 1e6:>8.1f}")
-        print(f"  {'MPI Iallreduce + Test':<28}{t_iall * 1e6:>8.1f}")
-        print(f"  {'MPI 2 Iallreduce (floor)':<28}{t_checked * 1e6:>8.1f}"
-              "   what a checked collective costs with no bookkeeping")
-        print(f"  ratio general / MPI Allreduce{np.median(stages['total']) / t_all:>7.1f}")
-        for check, (_, _, total) in fast.items():
-            print(f"  ratio express (check {'on' if check else 'off'}) / MPI{total / t_all:>6.1f}")
+        print(f"{'configuration':<28}{'before MPI':>11}{'call':>8}{'wait':>8}{'total':>8}"
+              f"{'/ MPI':>7}")
+        for name, r in results.items():
+            print(f"{name:<28}{r['before MPI'] * 1e6:>11.1f}{r['call'] * 1e6:>8.1f}"
+                  f"{r['wait'] * 1e6:>8.1f}{r['total'] * 1e6:>8.1f}{r['total'] / ref:>7.2f}")
+        for name, t in base.items():
+            print(f"{name:<28}{'':>11}{'':>8}{'':>8}{t * 1e6:>8.1f}{t / ref:>7.2f}")
     return 0
 
 

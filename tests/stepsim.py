@@ -16,7 +16,7 @@ import numpy as np
 
 from hpccoll.algorithms.primitives import (PSEND, RECV, SEND, SLOT, Copy, Post, Reduce,
                                            ReduceN, Scale, Signal, Wait, WaitFlags)
-from hpccoll.buffers import reduce_into, scale_into
+from hpccoll.engine.reduction import HostOps
 
 
 class Deadlock(AssertionError):
@@ -90,22 +90,17 @@ def run(programs, bufs, op="sum", seed=0, max_events=10_000_000, slots=None, bas
             elif isinstance(p, ReduceN):
                 dst = arr(r, p.dst)
                 srcs = [arr(r, s) for s in p.srcs]
-                for s in srcs[2:]:
+                for s in srcs[1:]:
                     assert not np.shares_memory(dst, s), "ReduceN: dst may alias srcs[0] only"
-                if len(srcs) == 1:
-                    np.copyto(dst, srcs[0])
-                else:
-                    reduce_into(op, dst, srcs[0], srcs[1])
-                for s in srcs[2:]:
-                    reduce_into(op, dst, dst, s)
+                HostOps.reduce_n(op, dst, srcs, p.divisor)
             elif isinstance(p, Post):
                 post(r, p)
             elif isinstance(p, Reduce):
-                reduce_into(op, arr(r, p.dst), arr(r, p.a), arr(r, p.b))
+                HostOps.reduce(op, arr(r, p.dst), arr(r, p.a), arr(r, p.b))
             elif isinstance(p, Copy):
                 np.copyto(arr(r, p.dst), arr(r, p.src))
             elif isinstance(p, Scale):
-                scale_into(arr(r, p.dst), p.divisor)
+                HostOps.scale(arr(r, p.dst), arr(r, p.src), p.divisor)
             pc[r] += 1
             moved = True
             if rng.random() < 0.3:  # let other ranks and deliveries interleave

@@ -1,9 +1,11 @@
 """Algorithm families and the table that picks one per collective.
 
 Each family is a module of pure step machines (``ring``, ``tree``, ``doubling``,
-``pairwise``).  ``TABLE`` lists, per collective, candidates in priority order;
-the first whose predicate holds is used.  Latency-optimal algorithms come first,
-limited to small messages; the bandwidth-optimal pipelined ones catch the rest.
+``pairwise``, ``shm``).  ``TABLE`` lists, per collective, candidates in priority order;
+the first whose predicate holds is used.  The MPI library's own nonblocking collective is
+a row like the others (``mpi``): it has no step machine, because the MPI library runs it
+(hpccoll/engine/lane.py's ``MpiLane``).  Latency-optimal algorithms come first, limited
+to small messages; the bandwidth-optimal pipelined ones catch the rest.
 
 ``build`` materializes a step machine into a ``Program`` (a tuple of primitives).
 Step machines are data-independent, so programs are cached per ``Spec``: a
@@ -14,8 +16,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, NamedTuple
 
-from . import doubling, mpicoll, pairwise, ring, shm, tree
-from .primitives import Coll, Signal, Wait, WaitFlags, scratch_extent
+from . import doubling, pairwise, ring, shm, tree
+from .primitives import Signal, Wait, WaitFlags, prescaled, scratch_extent
 from .spec import COLLECTIVES, Spec
 
 
@@ -55,18 +57,19 @@ def _hier(c: Choice) -> bool:
 # Ordered by preference: MPI's own nonblocking collectives for tiny messages, shared memory
 # where it applies, latency-optimal algorithms for small messages, then the
 # bandwidth-optimal pipelined ones (which always apply).
+MPI = None    # the ``mpi`` rows: no step machine, the MPI library runs the collective
 TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
-    "allreduce": [("mpi", _tiny, mpicoll.allreduce), ("shm", _shm, shm.allreduce),
+    "allreduce": [("mpi", _tiny, MPI), ("shm", _shm, shm.allreduce),
                   ("hier", _hier, shm.allreduce_hier), ("doubling", _small, doubling.allreduce),
                   ("ring", _always, ring.allreduce)],
     "reduce": [("binomial", _small, tree.reduce), ("ring", _always, ring.reduce)],
-    "broadcast": [("mpi", _tiny, mpicoll.broadcast), ("binomial", _small, tree.broadcast),
+    "broadcast": [("mpi", _tiny, MPI), ("binomial", _small, tree.broadcast),
                   ("chain", _always, tree.broadcast_chain)],
-    "allgather": [("mpi", _tiny, mpicoll.allgather), ("shm", _shm, shm.allgather),
+    "allgather": [("mpi", _tiny, MPI), ("shm", _shm, shm.allgather),
                   ("bruck", _small, doubling.allgather), ("ring", _always, ring.allgather)],
     "reduce_scatter": [("shm", _shm, shm.reduce_scatter), ("ring", _always, ring.reduce_scatter)],
-    "alltoall": [("mpi", _tiny, mpicoll.alltoall), ("pairwise", _always, pairwise.alltoall)],
-    "barrier": [("mpi", _tiny, mpicoll.barrier), ("dissemination", _always, doubling.barrier)],
+    "alltoall": [("mpi", _tiny, MPI), ("pairwise", _always, pairwise.alltoall)],
+    "barrier": [("mpi", _tiny, MPI), ("dissemination", _always, doubling.barrier)],
     # variable counts (the mpi4py adapter's Allgatherv, Reduce_scatter, Alltoallv)
     "allgatherv": [("ring", _always, ring.allgatherv)],
     "reduce_scatterv": [("ring", _always, ring.reduce_scatterv)],
@@ -76,6 +79,9 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
 ALGO_CODES = {name: i + 1 for i, name in enumerate(sorted(
     {name for rows in TABLE.values() for name, _, _ in rows} | {"direct"}))}
 SHM_ALGOS = frozenset({"shm", "hier"})
+# step machines that compute an average themselves (ReduceN's divisor); the others get
+# their input divided first (primitives.prescaled)
+_AVG_NATIVE = SHM_ALGOS
 _BY_NAME = {(coll, name): fn for coll, rows in TABLE.items() for name, _, fn in rows}
 _BY_NAME[("allgather", "direct")] = doubling.allgather_direct   # used by the fingerprint check
 
@@ -86,7 +92,6 @@ class Program(NamedTuple):
     scratch: int   # elements
     waits: int     # number of Wait/WaitFlags steps (suspension points)
     epochs: int    # shared-memory epochs the program uses (its flags run base+1 .. base+epochs)
-    mpi_colls: bool  # starts MPI nonblocking collectives
 
 
 def message_bytes(coll: str, count: int, size: int, itemsize: int) -> int:
@@ -113,14 +118,31 @@ def _select(coll: str, choice: Choice) -> str:
     raise AssertionError(f"no algorithm for {coll}")  # the last row of each list always matches
 
 
+def input_extent(spec: Spec) -> int:
+    """Elements of the input a reduction reads (what an avg divides beforehand)."""
+    if spec.coll == "reduce_scatter":
+        return spec.size * spec.count
+    return spec.count
+
+
+MPI_PROGRAM = Program("mpi", (), 0, 1, 0)   # what traces, counters and reports show
+
+
 @lru_cache(maxsize=512)
 def build(spec: Spec, algo: str) -> Program:
-    steps = tuple(_BY_NAME[(spec.coll, algo)](spec))
+    fn = _BY_NAME[(spec.coll, algo)]
+    if fn is MPI:
+        return MPI_PROGRAM
+    if spec.avg and algo not in _AVG_NATIVE:
+        steps = tuple(fn(spec._replace(avg=False)))
+        steps = tuple(prescaled(steps, spec.size, input_extent(spec), spec.inplace,
+                                scratch_extent(steps)))
+    else:
+        steps = tuple(fn(spec))
     epochs = max((p.epoch for p in steps if isinstance(p, Signal)), default=0)
     return Program(algo, steps, scratch_extent(steps),
-                   sum(isinstance(p, (Wait, WaitFlags)) for p in steps), epochs,
-                   any(isinstance(p, Coll) for p in steps))
+                   sum(isinstance(p, (Wait, WaitFlags)) for p in steps), epochs)
 
 
-__all__ = ["ALGO_CODES", "COLLECTIVES", "Choice", "Program", "SHM_ALGOS", "Spec", "TABLE",
-           "build", "message_bytes", "select"]
+__all__ = ["ALGO_CODES", "COLLECTIVES", "Choice", "MPI_PROGRAM", "Program", "SHM_ALGOS", "Spec",
+           "TABLE", "build", "input_extent", "message_bytes", "select"]

@@ -2,7 +2,7 @@
 allgather, dissemination barrier.  Any number of ranks."""
 from __future__ import annotations
 
-from .primitives import RECV, SCRATCH, SEND, Copy, Post, Reduce, Region, Scale, Wait
+from .primitives import RECV, SCRATCH, SEND, Copy, Post, Reduce, Region, Wait
 from .spec import Spec
 
 
@@ -35,8 +35,6 @@ def allreduce(spec: Spec):
         yield Wait(0)
         yield Reduce(whole, whole, tmp)
         mask <<= 1
-    if spec.avg:
-        yield Scale(whole, n)
     if r < extra:
         yield Post(1, ((r + p2, whole),), ())
         yield Wait(1)

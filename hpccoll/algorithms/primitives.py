@@ -7,7 +7,10 @@ touches no data.  The engine carries each primitive out:
 - ``Wait(h)``: resume once every transfer of ``h`` completed.  The only point where
   a collective can be suspended; its context is the program counter plus the
   transfers still in flight, so nothing done before is redone.
-- ``Reduce(dst, a, b)``: dst = a (op) b.   ``Copy(dst, src)``.   ``Scale(dst, k)``: dst /= k.
+- ``Reduce(dst, a, b)``: dst = a (op) b.   ``Copy(dst, src)``.
+- ``Scale(dst, src, k)``: dst = src / k (dst may be src).  An ``avg`` divides every
+  contribution by the number of ranks before it is summed (``prescaled`` below), so that
+  no partial sum leaves the range of the average (see hpccoll/core/ops.py).
 
 Regions name one of three buffers: ``SEND`` (the input, never written), ``RECV``
 (the output) and ``SCRATCH`` (engine-provided; its size is the largest extent any
@@ -19,7 +22,8 @@ other ranks' memory:
 - ``Signal(flag, e)``: publish "my counter ``flag`` reached epoch e" (memory barrier first);
 - ``WaitFlags(flag, e, peers)``: resume once every peer's counter ``flag`` >= e (a
   suspension point, like Wait);
-- ``ReduceN(dst, srcs)``: dst = srcs[0] (op) srcs[1] (op) ...; dst may alias srcs[0] only;
+- ``ReduceN(dst, srcs, k)``: dst = srcs[0] (op) srcs[1] (op) ..., in the accumulator type,
+  rounded once; k (avg): every source divided by k first; dst may alias srcs[0] only;
 - regions ``(SLOT, q, e)``: rank q's staging slot for epoch e; ``(PSEND, q)`` /
   ``(PRECV, q)``: rank q's registered send/receive buffer.
 
@@ -51,18 +55,6 @@ class Wait(NamedTuple):
     h: int
 
 
-class Coll(NamedTuple):
-    """Start one of the MPI library's nonblocking collectives (the tiny-message transport):
-    kind "allreduce" (send -> recv), "broadcast" (recv, from root) or "barrier"; handle h
-    is waited like a Post.  Every rank starts a communicator's MPI collectives in issue
-    order (the engine guarantees it), which is what MPI matching requires."""
-    h: int
-    kind: str
-    send: "Region"
-    recv: "Region"
-    root: int = 0
-
-
 class Reduce(NamedTuple):
     dst: Region
     a: Region
@@ -76,6 +68,7 @@ class Copy(NamedTuple):
 
 class Scale(NamedTuple):
     dst: Region
+    src: Region
     divisor: int
 
 
@@ -99,6 +92,7 @@ class WaitFlags(NamedTuple):
 class ReduceN(NamedTuple):
     dst: Region
     srcs: tuple
+    divisor: int = 0
 
 
 class Unit(NamedTuple):
@@ -132,7 +126,7 @@ def _reads(u: Unit) -> list[Region]:
         elif isinstance(p, Copy):
             out.append(p.src)
         elif isinstance(p, Scale):
-            out.append(p.dst)
+            out.append(p.src)
     return out
 
 
@@ -194,5 +188,36 @@ def scratch_extent(program: Iterable) -> int:
         elif isinstance(p, Copy):
             see(p.dst), see(p.src)
         elif isinstance(p, Scale):
-            see(p.dst)
+            see(p.dst), see(p.src)
     return top
+
+
+def prescaled(steps, divisor: int, extent: int, inplace: bool, base: int):
+    """An ``avg`` program from a sum program: every contribution divided by ``divisor``
+    before anything reads it.  In place the input is the user's output buffer, divided
+    where it lies; otherwise the input (``extent`` elements of SEND) is divided into
+    SCRATCH from element ``base`` on and every read of SEND reads that copy."""
+    if inplace:
+        if extent:
+            whole = Region(SEND, 0, extent)
+            yield Scale(whole, whole, divisor)
+        yield from steps
+        return
+    if extent:
+        yield Scale(Region(SCRATCH, base, extent), Region(SEND, 0, extent), divisor)
+
+    def moved(reg):
+        return Region(SCRATCH, base + reg.off, reg.n) if reg.buf == SEND else reg
+
+    for p in steps:
+        kind = type(p)
+        if kind is Post:
+            yield Post(p.h, tuple((q, moved(g)) for q, g in p.sends), p.recvs)
+        elif kind is Reduce:
+            yield Reduce(p.dst, moved(p.a), moved(p.b))
+        elif kind is Copy:
+            yield Copy(p.dst, moved(p.src))
+        elif kind is ReduceN:
+            yield ReduceN(p.dst, tuple(moved(g) for g in p.srcs), p.divisor)
+        else:
+            yield p

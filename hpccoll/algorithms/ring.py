@@ -8,8 +8,8 @@ does, because both compute the same block sizes.
 """
 from __future__ import annotations
 
-from .primitives import (RECV, SCRATCH, SEND, Copy, Reduce, Region, Scale, Unit, chunk_ranges,
-                         partition, pipeline)
+from .primitives import (RECV, SCRATCH, SEND, Copy, Reduce, Region, Unit, chunk_ranges, partition,
+                         pipeline)
 from .spec import Spec
 
 
@@ -61,9 +61,6 @@ def allreduce(spec: Spec):
         spec, blocks, 0,
         send_from=lambda s, b, lo, k: Region(SEND if s == 0 else RECV, blocks[b][0] + lo, k),
         reduce_to=lambda s, b, lo, k: Region(RECV, blocks[b][0] + lo, k)), spec.depth)
-    own = blocks[(r + 1) % n]
-    if spec.avg and own[1]:
-        yield Scale(Region(RECV, own[0], own[1]), n)
     # allgather: rank r owns block r+1 after the reduce-scatter
     yield from pipeline(_allgather_units(spec, blocks, 1), spec.depth)
 
@@ -85,8 +82,6 @@ def reduce_scatter(spec: Spec):
 
     # shift 1: the last step receives block r, so rank r ends with block r
     yield from pipeline(_reduce_scatter_units(spec, blocks, 1, send_from, reduce_to), spec.depth)
-    if spec.avg and m:
-        yield Scale(Region(RECV, 0, m), n)
 
 
 def allgather(spec: Spec):
@@ -109,8 +104,6 @@ def reduce(spec: Spec):
         send_from=lambda s, b, lo, k: Region(SEND if s == 0 else RECV, blocks[b][0] + lo, k),
         reduce_to=lambda s, b, lo, k: Region(RECV, blocks[b][0] + lo, k)), spec.depth)
     own_off, own_n = blocks[(r + 1) % n]
-    if spec.avg and own_n:
-        yield Scale(Region(RECV, own_off, own_n), n)
     units = []
     if r == root:
         for q in range(n):

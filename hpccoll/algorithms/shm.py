@@ -72,9 +72,7 @@ def allreduce(spec: Spec):
         po, pl = parts[r]
         if pl:
             dst = out(r, po, pl)
-            yield ReduceN(dst, tuple(src(q, po, pl) for q in _order(spec)))
-            if spec.avg:
-                yield Scale(dst, n)
+            yield ReduceN(dst, tuple(src(q, po, pl) for q in _order(spec)), n if spec.avg else 0)
         yield Signal(REDUCED, e)
         yield WaitFlags(REDUCED, e, peers)
         for q in range(n):
@@ -110,9 +108,7 @@ def reduce_scatter(spec: Spec):
         yield Signal(READY, e)
         yield WaitFlags(READY, e, peers)
         dst = Region(RECV, lo, length)
-        yield ReduceN(dst, tuple(src(q) for q in _order(spec)))
-        if spec.avg:
-            yield Scale(dst, n)
+        yield ReduceN(dst, tuple(src(q) for q in _order(spec)), n if spec.avg else 0)
         yield Signal(CONSUMED, e)
     if reg and last:
         yield WaitFlags(CONSUMED, last, peers)
@@ -168,7 +164,7 @@ def _embed(steps, ranks: tuple, target: Region):
         elif kind is Copy:
             yield Copy(region(p.dst), region(p.src))
         elif kind is Scale:
-            yield Scale(region(p.dst), p.divisor)
+            yield Scale(region(p.dst), region(p.src), p.divisor)
         else:
             yield p
 
@@ -193,12 +189,13 @@ def allreduce_hier(spec: Spec):
         po, pl = parts[me]
         if pl:
             mine = Region((SLOT, me, e), po, pl)
-            yield ReduceN(mine, tuple(Region((SLOT, q, e), po, pl) for q in order))
+            # avg: every contribution divided by the whole communicator's size here, the
+            # cross-node sum then adds the nodes' averaged parts
+            yield ReduceN(mine, tuple(Region((SLOT, q, e), po, pl) for q in order),
+                          spec.size if spec.avg else 0)
             if nodes > 1:
                 sub = Spec("allreduce", node, nodes, pl, inplace=True)
                 yield from _embed(doubling.allreduce(sub), spec.cross, mine)
-            if spec.avg:
-                yield Scale(mine, spec.size)
         yield Signal(REDUCED, e)
         yield WaitFlags(REDUCED, e, peers)
         for q in range(nloc):

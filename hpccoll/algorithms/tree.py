@@ -5,7 +5,7 @@ root is 0; ``_abs`` maps back.
 """
 from __future__ import annotations
 
-from .primitives import RECV, SCRATCH, SEND, Copy, Post, Reduce, Region, Scale, Unit, Wait, \
+from .primitives import RECV, SCRATCH, SEND, Copy, Post, Reduce, Region, Unit, Wait, \
     chunk_ranges, pipeline
 from .spec import Spec
 
@@ -76,9 +76,6 @@ def reduce(spec: Spec):
         yield Wait(0)
         for slot in slots:
             yield Reduce(whole, whole, slot)
-    if v == 0:
-        if spec.avg:
-            yield Scale(whole, n)
-    else:
+    if v != 0:
         yield Post(1, ((_abs(spec, v - mask), whole),), ())
         yield Wait(1)

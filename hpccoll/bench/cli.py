@@ -196,7 +196,7 @@ def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
 
 
 def main(argv: Optional[list] = None) -> int:
-    from ..api import _mpi
+    from ..core.context import mpi as _mpi
     MPI = _mpi()      # MPI_THREAD_MULTIPLE, as hpccoll needs; before parsing: errors print on rank 0
     mpi = MPI.COMM_WORLD
     rank = mpi.Get_rank()

@@ -3,7 +3,8 @@ communicator, never on a data communicator.
 
 Tags: report requests and replies (watchdog); the ordering token, its rest
 announcements and wake-ups (ordered policy); failure notices (a collective failed on
-one member: the others fail it at once instead of waiting for their watchdog).  Only whoever holds the engine sends or
+one member: the others fail it at once instead of waiting for their watchdog); the
+deferred mismatch check's notes, probes, rows and verdicts.  Only whoever holds the engine sends or
 receives here; sends are nonblocking and their requests are reaped later.
 """
 from __future__ import annotations
@@ -19,6 +20,10 @@ TAG_TOKEN = 14
 TAG_REST = 15
 TAG_WAKE = 16
 TAG_FAILED = 17
+TAG_NOTE = 18       # the deferred mismatch check (engine/crosscheck.py)
+TAG_PROBE = 19
+TAG_ROWS = 20
+TAG_VERDICT = 21
 
 HOST = socket.gethostname()
 PID = os.getpid()

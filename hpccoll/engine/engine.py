@@ -1,15 +1,21 @@
-"""The engine ("daemon"): one progress thread per rank that owns every data-path
-MPI call.
+"""The engine ("daemon"): one progress thread per rank; it, or a thread in ``wait()``,
+makes every data-path MPI call.
 
-    submit() --> SQ (deque) --> policy.admit --> policy.step polls/starts/switches
-                                                   |
-    Work.wait() <-- event + callbacks (CQ) <-- retire()
+    issue (core/state.py) --start now--> adopt ----------------+
+          |                                                     v
+          +--> SQ (deque) --> policy.admit --> policy.step: poll, start, switch
+                                                                |
+    Work.wait() <-- completion; callbacks, outside the lock <-- retire()
 
-The thread never spins in pure Python while holding the GIL for long: after
-``spin_polls`` passes without progress it sleeps between polls (growing to
-``poll_sleep_us``), and a new submission cuts the sleep short.  With nothing
-pending it parks on an Event, waking every 50 ms only to answer control
-messages (watchdog reports from other ranks).
+Whoever holds ``lock`` drives: the daemon thread, or a thread in ``wait()`` (which then
+needs no hand-off between threads for its result: a hand-off costs a GIL switch interval
+when another thread is busy).  The daemon steps aside while a waiter drives.
+
+The daemon never spins in pure Python holding the GIL: after ``spin_polls`` passes
+without progress it sleeps between polls (growing to ``poll_sleep_us``), and a new
+submission cuts the sleep short.  With nothing pending it parks on an Event, waking
+every ``PARK_SECONDS`` only to answer control messages (watchdog reports, mismatch
+probes, the ordering token).
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from collections import deque
 
 from . import policies
 from .control import HOST, PID, TAG_FAILED, TAG_REPORT, TAG_REPORT_REQ, Control
+from .crosscheck import CrossCheck
 from .task import FAILED, RUNNING
 from .watchdog import format_report
 from ..errors import CollectiveMismatch, CollectiveTimeout, HpcCollError
@@ -50,6 +57,7 @@ _SET_SLACK = _timer_slack()
 _YIELD = getattr(os, "sched_yield", None)     # not on every platform
 FINE_SLACK_NS = 1000
 CTL_EVERY = 16          # passes between control polls while busy
+LOCK_WAIT = 0.001       # seconds start_now waits for the daemon's pass (longer than one)
 
 
 class Engine:
@@ -61,14 +69,18 @@ class Engine:
         self.sq: deque = deque()
         self.wake = threading.Event()
         self.lock = threading.Lock()      # held by whoever drives progress
+        self.driver = None                # the thread holding ``lock``
+        self._callbacks: deque = deque()  # (work, fns) to run once the lock is released
         self._want = 0                    # waiters that want to drive
         self._want_lock = threading.Lock()
         self._resume = threading.Event()
         self.broken: BaseException | None = None
-        self._control_tags = getattr(self.policy, "control_tags", ())
+        self._control_tags = self.policy.control_tags
         self._park = getattr(self.policy, "park_seconds", PARK_SECONDS)
-        if hasattr(self.policy, "bind"):
-            self.policy.bind(self)
+        self.policy.bind(self)
+        # collectives MPI runs itself may start on the calling thread (core/state.py)
+        self.early = settings.express and self.policy.early
+        self.crosscheck = CrossCheck(self)
         self._stop = False
         self._sleeping = False            # the daemon waits on ``wake`` (submit must set it)
         self._report = None
@@ -77,10 +89,6 @@ class Engine:
         self.last_progress = time.monotonic()   # any task's progress, for the watchdog
         self.trace = deque(maxlen=1_000_000) if settings.trace else None
         self._live = 0
-        # express collectives (hpccoll/express.py): started by the caller, outside the policy
-        self.express: list = []
-        self.express_ok = settings.express and getattr(self.policy, "express", False) \
-            and settings.mpi_coll_bytes > 0
         # counters (per daemon)
         self.passes = self.parks = self.wakeups = 0
         self.switches = 0
@@ -98,34 +106,55 @@ class Engine:
         if not inline and self._sleeping:
             self.wake.set()
 
-    def idle(self) -> bool:
-        return self._live == 0 and not self.sq and not self.express
+    def start_now(self, task) -> bool:
+        """Start a startable task on the calling thread if nobody drives the engine at this
+        moment (the caller holds its communicator's lock, so nothing of that communicator
+        starts meanwhile); False: queue it instead."""
+        lock = self.lock
+        # only the daemon holds the lock when nobody waits, and only for one pass; a thread
+        # in wait() may hold it for long: then queue at once
+        if self._want or not (lock.acquire(False) or lock.acquire(timeout=LOCK_WAIT)):
+            return False
+        try:
+            if self.broken is not None:
+                return False
+            self._live += 1
+            if self.trace is not None:
+                task.yield_times = []
+            self.switches += 1
+            try:
+                task.start()
+            except Exception as exc:    # MPI errors at post time fail the collective
+                self._failed_start(task, exc)
+            self.policy.adopt(task)
+            if task.finished:
+                self.retire(task)
+        finally:
+            lock.release()
+        if self._callbacks:
+            self.run_callbacks()
+        return True
 
-    def start_express(self, task, error=None) -> None:
-        """Take an express task, its collectives posted (``error``: posting raised), to
-        poll with the others until it finishes; the caller holds ``lock``."""
-        if self.trace is not None:
-            task.yield_times = []
-        self.express.append(task)
-        self.switches += 1
-        if error is not None:
-            self._failed_start(task, error)
-            self.retire(task)
+    def idle(self) -> bool:
+        return self._live == 0 and not self.sq
 
     def live(self) -> list:
-        """Every admitted task that has not finished: the policy's, then express ones."""
-        return list(self.policy.live()) + self.express
+        """Every admitted task that has not finished, in the policy's order."""
+        return list(self.policy.live())
 
     def poke(self) -> None:
         """One pass if nobody else is driving (Work.test())."""
         if self.lock.acquire(blocking=False):
+            self.driver = threading.get_ident()
             try:
                 self._pass()
             finally:
+                self.driver = None
                 self.lock.release()
+            self.run_callbacks()
 
     def pending(self) -> int:
-        return self._live + len(self.sq) + len(self.express)
+        return self._live + len(self.sq)
 
     def stop(self, wait: float = 10.0) -> None:
         self._stop = True
@@ -138,6 +167,20 @@ class Engine:
         return {"passes": self.passes, "parks": self.parks, "wakeups": self.wakeups,
                 "switches": self.switches, "policy": self.policy.name}
 
+    def run_callbacks(self) -> None:
+        """Done-callbacks of completed collectives, on the thread that completed them but
+        outside the engine's lock: a callback may issue or wait for collectives."""
+        while self._callbacks:
+            try:
+                work, fns = self._callbacks.popleft()
+            except IndexError:
+                return
+            for fn in fns:
+                try:
+                    fn(work)
+                except Exception as exc:  # like concurrent.futures: report, never kill the engine
+                    print(f"hpccoll: exception in done-callback {fn!r}: {exc!r}", file=sys.stderr)
+
     # -- driving progress ----------------------------------------------------------------
     def _backoff(self, idle: int, event: threading.Event | None = None) -> None:
         """After ``spin_polls`` fruitless passes, sleep (GIL released) for a time that grows
@@ -148,7 +191,7 @@ class Engine:
         s = self.settings
         if idle <= s.spin_polls:
             return
-        if getattr(self.policy, "hot", False):
+        if self.policy.hot:
             return   # a yield happened: walk the queue at full speed (sched_yield would hand
             #          the core to another process for a whole time slice on a busy node)
         idle -= s.spin_polls
@@ -177,20 +220,32 @@ class Engine:
 
     def drive(self, work, timeout: float | None) -> None:
         """Called by Work.wait(): the waiting thread drives the engine itself, so the result
-        needs no hand-off between threads (a hand-off costs the waiter a GIL switch
-        interval when the engine thread is busy).  The daemon steps aside meanwhile."""
+        needs no hand-off between threads.  The daemon steps aside meanwhile."""
+        me = threading.get_ident()
+        if self.driver == me:
+            raise HpcCollError(
+                f"wait() on {work!r} from the thread that drives hpccoll's engine: it cannot "
+                "make progress while it waits for itself; wait in a done-callback is fine, "
+                "but not inside hpccoll's own calls")
         task = work._task
-        if task.express and timeout is None and self.lock.acquire(blocking=False):
-            # an express collective usually ends within a few polls: poll it right away,
+        lock = self.lock
+        if timeout is None and task.t_start is not None and lock.acquire(False):
+            # a started collective usually ends within a few polls: poll it right away,
             # without the hand-over from the daemon (it waits for the lock meanwhile)
+            self.driver = me
             try:
                 for _ in range(self.settings.spin_polls):
                     task.poll()
                     if task.finished:
                         self.retire(task)
-                        return
+                        break
             finally:
-                self.lock.release()
+                self.driver = None
+                lock.release()
+            if self._callbacks:
+                self.run_callbacks()
+            if work._done:
+                return
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._want_lock:
             self._want += 1
@@ -202,8 +257,9 @@ class Engine:
                 if left is not None and left <= 0:
                     return
                 # short timeouts: another waiter may drive and complete our work meanwhile
-                if not self.lock.acquire(timeout=0.002 if left is None else min(left, 0.002)):
+                if not lock.acquire(timeout=0.002 if left is None else min(left, 0.002)):
                     continue
+                self.driver = me
                 try:
                     idle = 0
                     task = work._task
@@ -212,6 +268,8 @@ class Engine:
                             progressed = self._poll_alone(task, idle)
                         else:
                             progressed = self._pass()
+                        if self._callbacks:
+                            break          # run them, outside the lock, then go on
                         if progressed:
                             idle = 0
                             continue
@@ -223,7 +281,9 @@ class Engine:
                             old_slack = _SET_SLACK(FINE_SLACK_NS)   # about to sleep
                         self._backoff(idle)
                 finally:
-                    self.lock.release()
+                    self.driver = None
+                    lock.release()
+                self.run_callbacks()
         finally:
             if old_slack is not None:
                 _SET_SLACK(old_slack)
@@ -235,7 +295,7 @@ class Engine:
     def _alone(self, task) -> bool:
         """The waited task is the only thing the engine has to do: nothing queued, nothing
         else live, no report or token to handle.  Then a poll of that task is a whole pass."""
-        return (self._live + len(self.express) == 1 and not self.sq and task.t_start is not None
+        return (self._live == 1 and not self.sq and task.t_start is not None
                 and self._report is None and not self._control_tags and self.broken is None)
 
     def _poll_alone(self, task, idle: int) -> bool:
@@ -244,6 +304,7 @@ class Engine:
             self.retire(task)
         elif not progressed and idle % CTL_EVERY == 0:
             self._serve_control()
+            self.crosscheck.tick()
             if self.settings.timeout is not None:
                 self._check_timeout()
         return progressed
@@ -253,6 +314,7 @@ class Engine:
         idle = 0
         if _SET_SLACK:
             _SET_SLACK(FINE_SLACK_NS)
+        me = threading.get_ident()
         try:
             while True:
                 if self._want:      # a waiter drives; stay out of its way
@@ -260,7 +322,13 @@ class Engine:
                     idle = 0
                     continue
                 with self.lock:
-                    progressed = self._pass()
+                    self.driver = me
+                    try:
+                        progressed = self._pass()
+                    finally:
+                        self.driver = None
+                if self._callbacks:
+                    self.run_callbacks()
                 if self._stop and (self.idle() or self.broken is not None):
                     return
                 if progressed:
@@ -285,9 +353,11 @@ class Engine:
             err = HpcCollError(f"hpccoll engine thread failed: {exc!r}")
             err.__cause__ = exc
             self._break(err)
-            for t in self.live() + list(self.sq):
-                t.fail(err)
-                self._complete(t, admitted=t in self.policy.live())
+            with self.lock:
+                for t in self.live() + list(self.sq):
+                    t.fail(err)
+                    self._complete(t, admitted=t in self.policy.live())
+            self.run_callbacks()
 
     def _pass(self) -> bool:
         progressed = False
@@ -307,12 +377,10 @@ class Engine:
             if self.policy.step(self):
                 progressed = True
                 self.last_progress = time.monotonic()
-        if self.express and self.broken is None and self.poll_each(self.express):
-            progressed = True
-            self.last_progress = time.monotonic()
         self.passes += 1
         if not progressed or self._control_tags or self.passes % CTL_EVERY == 0:
             self._serve_control()
+            self.crosscheck.tick()
         if self.settings.timeout is not None and self._report is None and self.broken is None:
             self._check_timeout()
         if self._report is not None:
@@ -342,8 +410,11 @@ class Engine:
     def _failed_start(task, exc: Exception) -> None:
         """Starting ``task`` raised (an MPI error at post time, or hpccoll's own): the task
         fails with an error that names it."""
-        task.fail(exc if isinstance(exc, HpcCollError)
-                  else HpcCollError(f"{task.describe()}: {exc}"))
+        if not isinstance(exc, HpcCollError):
+            err = HpcCollError(f"{task.describe()}: {exc}")
+            err.__cause__ = exc
+            exc = err
+        task.fail(exc)
 
     def retire(self, task) -> None:
         if task.state == FAILED and task.comm.broken is None:
@@ -354,43 +425,47 @@ class Engine:
                 payload = (task.comm.uid, task.ident, me, f"{type(task.error).__name__}: "
                            f"{str(task.error).splitlines()[0] if str(task.error) else ''}")
                 self.control.broadcast(payload, task.comm.world_ranks, TAG_FAILED)
-            self._break_comm(task.comm, task.error)
+            self.break_comm(task.comm, task.error)
         self._complete(task)
 
     def _on_failed_notice(self, payload) -> None:
         uid, ident, rank, text = payload
-        for comm in self.ctx._communicators():
-            if comm.uid == uid and comm.broken is None:
-                self._break_comm(comm, HpcCollError(
-                    f"collective {ident} failed on rank {rank} ({text}); communicator "
-                    f"{comm.name!r} is unusable"))
+        state = self.ctx._state_by_uid(uid)
+        if state is not None and state.broken is None:
+            self.break_comm(state, HpcCollError(
+                f"collective {ident} failed on rank {rank} ({text}); communicator "
+                f"{state.name!r} is unusable"))
 
     def _complete(self, task, admitted: bool = True) -> None:
-        """Hand a finished task back to its Work, exactly once."""
+        """Hand a finished task back to its Work, exactly once; the task keeps nothing of
+        the caller's afterwards."""
         if task.retired:
             return
         task.retired = True
-        if task.express:
-            self.express.remove(task)
-        elif admitted:
+        if admitted:
             self.policy.remove(task)
             self._live -= 1
         if self.trace is not None:
             self.trace.append(task.trace_record(self.control.rank))
         if task.state == FAILED:
             task.cancel_transfers()
-        else:
-            task.data.release()   # a failed task's transfers may still write into its scratch
-        task.comm._retire(task)
-        task.work._finish(task)
+        task.comm.retire(task)
+        work = task.work
+        fns = work._finish(task)
+        task.work = task.result = None
+        if task.state != FAILED:
+            task.lane.release()   # a failed task's transfers may still write into its scratch
+        if fns:
+            self._callbacks.append((work, fns))
 
-    def _break_comm(self, comm, exc) -> None:
+    def break_comm(self, state, exc) -> None:
         """A communicator whose ranks disagreed is unusable (stray messages may remain on
         its tags): fail everything pending on it.  Every member saw the same fingerprints,
         so every member breaks it at the same collective."""
-        comm.broken = exc
+        if state.broken is None:
+            state.broken = exc
         for other in self.live():
-            if other.comm is comm:
+            if other.comm is state:
                 other.fail(exc)
                 self._complete(other)
 
@@ -406,6 +481,8 @@ class Engine:
                     self._report["snaps"][src] = snap
             elif tag == TAG_FAILED:
                 self._on_failed_notice(obj)
+            elif tag in self.crosscheck.tags:
+                self.crosscheck.on_message(src, tag, obj)
             elif tag in self._control_tags:
                 self.policy.on_control(src, tag, obj)
         ctl.reap()

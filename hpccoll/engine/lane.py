@@ -1,126 +1,163 @@
-"""Executing a program: a lane is a program, its program counter and the transfers it has
-posted -- all the context a suspended collective needs.  Resuming continues at ``pc``
-with the same requests, so nothing is redone.
+"""Lanes: what carries out one collective's data movement on one rank.
 
-Local primitives (Reduce, Copy, Scale) go to an ``ops`` object:
+Every lane has the same interface (``Lane``), so a task, the policies and the watchdog
+treat them alike; the plan (core/plan.py) picks the kind from the algorithm row:
 
-- ``HostOps``: NumPy ufuncs (default for host arrays);
-- ``CpuKernelOps(blocks)``: Numba CPU kernels on ``blocks`` threads (host arrays with an
-  explicit block count: the contention-aware allocation decides how many threads);
-- ``CudaOps(blocks, threads_per_block)``: numba_kernels' CUDA kernels on hpccoll's stream.
+- ``MpiLane``: the ``mpi`` row, the MPI library's own nonblocking collective (or, for
+  tiny messages, a persistent one started again and again).  MPI progresses it, so it
+  holds no execution slot (``needs_slot`` False);
+- ``ProgramLane``: a step machine's program over host arrays, its program counter and the
+  transfers it has posted -- all the context a suspended collective needs.  Resuming
+  continues at ``pc`` with the same requests, so nothing is redone.  Local primitives go
+  to a reduction backend (engine/reduction.py); transfers to MPI point-to-point
+  (transport/mpi.py) or node-shared memory (transport/shm.py);
+- ``DeviceLane``: a program over device arrays, moved directly by a CUDA-aware MPI or
+  staged through pinned host buffers (transport/staging.py).
 
-``DeviceLane`` moves device memory: directly with a CUDA-aware MPI, otherwise through
-pinned host staging buffers (device -> host before a send, host -> device once a
-receive completed).  Before anything is sent, the stream is synchronized, so kernels that
-produced the data have finished; at the end of the program too, so the result is ready
-when wait() returns.
+A lane holds the caller's arrays only while the collective runs: ``release()`` drops them
+(and returns scratch space to its pool), so a finished collective keeps nothing alive.
 """
 from __future__ import annotations
 
 import numpy as np
-
 from mpi4py import MPI
 
-from ..algorithms.primitives import (PSEND, SLOT, Coll, Copy, Post, Reduce, ReduceN, Scale, Signal,
-                                    Wait, WaitFlags)
-from ..buffers import reduce_into, scale_into
+from ..algorithms import MPI_PROGRAM
+from ..algorithms.primitives import (PSEND, SLOT, Copy, Post, Reduce, ReduceN, Scale, Signal,
+                                     Wait, WaitFlags)
+from ..core import ops as table
 from ..transport import mpi as transport
+from .reduction import HostOps
 
 
-class HostOps:
-    name = "numpy"
+class Lane:
+    """The interface (and defaults) of every lane."""
+    __slots__ = ()
+    needs_slot = True          # holds an execution slot while it runs (hpccoll drives it)
+    done = False
+    waits_done = 0             # suspension points passed (reports, counters)
+    bytes_moved = 0
 
-    @staticmethod
-    def reduce(op, dst, a, b):
-        reduce_into(op, dst, a, b)
+    def start(self) -> None:
+        """Post the first transfers and run to the first wait."""
 
-    @staticmethod
-    def copy(dst, src):
-        np.copyto(dst, src)
+    def run(self) -> bool:
+        """Continue where possible; True if anything moved."""
+        raise NotImplementedError
 
-    @staticmethod
-    def scale(dst, divisor):
-        scale_into(dst, divisor)
+    def pending_peers(self):
+        """(peers it waits to receive from, peers its sends still go to), communicator
+        ranks; -1: every peer (an MPI collective)."""
+        return set(), set()
 
-    @staticmethod
-    def reduce_n(op, dst, srcs):
-        if len(srcs) == 1:
-            np.copyto(dst, srcs[0])
-            return
-        reduce_into(op, dst, srcs[0], srcs[1])
-        for s in srcs[2:]:
-            reduce_into(op, dst, dst, s)
+    def recv_peers(self) -> list:
+        """Peers a message longer than expected may have come from (diagnosis)."""
+        return []
 
+    def cancel(self) -> None:
+        """Give up (the collective failed): cancel what can be cancelled."""
 
-class CpuKernelOps:
-    name = "numba-cpu"
-
-    def __init__(self, blocks: int):
-        from numba_kernels import cpu, ops
-        self.k, self.blocks = cpu, blocks
-        self.kernel_ops = ops.COMBINE   # the others (logical, bitwise: mpi4py's) run in NumPy
-
-    def reduce(self, op, dst, a, b):
-        if op not in self.kernel_ops:
-            HostOps.reduce(op, dst, a, b)
-            return
-        self.k.reduce(op, dst, (a, b), self.blocks)
-
-    def copy(self, dst, src):
-        self.k.copy(dst, src, self.blocks)
-
-    def scale(self, dst, divisor):
-        self.k.scale(dst, divisor, self.blocks)
-
-    def reduce_n(self, op, dst, srcs):
-        if len(srcs) == 1:
-            self.k.copy(dst, srcs[0], self.blocks)
-        elif op not in self.kernel_ops:
-            HostOps.reduce_n(op, dst, srcs)
-        else:
-            self.k.reduce(op, dst, srcs, self.blocks)
+    def release(self) -> None:
+        """The collective is over: drop the caller's arrays, return scratch space."""
 
 
-class CudaOps:
-    name = "numba-cuda"
+# -- the MPI library's own collectives -----------------------------------------------------
+class Persistent:
+    """One persistent request of a plan (MPI-4 ``*_init``) on staging arrays the plan owns.
+    ``Init`` is a collective call: it is made when the slot is first started, which
+    happens in the communicator's collective order like any start."""
+    __slots__ = ("send", "recv", "req", "busy")
 
-    def __init__(self, blocks: int, threads_per_block: int):
-        from numba_kernels import cuda as k
-        from .. import device
-        self.k, self.blocks, self.tpb = k, blocks, threads_per_block
-        self.stream = device.engine_stream()
-
-    def reduce(self, op, dst, a, b):
-        self.k.reduce(op, dst, (a, b), self.blocks, self.tpb, self.stream)
-
-    def copy(self, dst, src):
-        self.k.copy(dst, src, self.blocks, self.tpb, self.stream)
-
-    def scale(self, dst, divisor):
-        self.k.scale(dst, divisor, self.blocks, self.tpb, self.stream)
-
-    def sync(self):
-        self.stream.synchronize()
+    def __init__(self, send, recv):
+        self.send, self.recv = send, recv
+        self.req = None
+        self.busy = False
 
 
-MPI_OPS = {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
-
-
-def start_collective(mpi_comm, kind, send, recv, op=None, root=0):
-    """Start the MPI library's own nonblocking collective ``kind`` (the ``mpi`` rows of
-    the algorithm table, on the general path and on the express path); ``send`` may be
-    MPI.IN_PLACE.  Returns its request."""
+def start_collective(mpi_comm, kind, send, recv, op=None, root=0, persistent=False):
+    """Start (or, ``persistent``, initialise) MPI's own collective ``kind``; ``send`` may
+    be MPI.IN_PLACE.  Returns the request."""
     if kind == "allreduce":
-        return mpi_comm.Iallreduce(send, recv, op)
+        return (mpi_comm.Allreduce_init if persistent else mpi_comm.Iallreduce)(send, recv, op)
     if kind == "broadcast":
-        return mpi_comm.Ibcast(recv, root)
+        return (mpi_comm.Bcast_init if persistent else mpi_comm.Ibcast)(recv, root)
     if kind == "allgather":
-        return mpi_comm.Iallgather(send, recv)
+        return (mpi_comm.Allgather_init if persistent else mpi_comm.Iallgather)(send, recv)
     if kind == "alltoall":
-        return mpi_comm.Ialltoall(send, recv)
-    return mpi_comm.Ibarrier()
+        return (mpi_comm.Alltoall_init if persistent else mpi_comm.Ialltoall)(send, recv)
+    return (mpi_comm.Barrier_init if persistent else mpi_comm.Ibarrier)()
 
 
+class MpiLane(Lane):
+    """One MPI collective.  ``recipe`` (core/plan.py's MpiRecipe) says which, with which
+    op, root and divisor (avg: contributions divided before MPI sums them), and whether
+    slot ``slot`` of its persistent requests runs it."""
+    __slots__ = ("recipe", "send", "recv", "req", "slot", "done")
+    needs_slot = False
+    program = MPI_PROGRAM
+
+    def __init__(self, recipe, send, recv, slot=None):
+        self.recipe, self.send, self.recv, self.slot = recipe, send, recv, slot
+        self.req = None
+        self.done = False
+
+    def startable(self) -> bool:
+        """A persistent slot is free once its previous use completed here."""
+        return self.slot is None or not self.slot.busy
+
+    def start(self) -> None:
+        r = self.recipe
+        slot = self.slot
+        if slot is not None:
+            if r.kind != "broadcast" or r.root == r.rank:
+                src = slot.recv if r.kind == "broadcast" else slot.send
+                if r.divisor:
+                    table.scale(src, self.send, r.divisor)
+                elif src is not None:
+                    np.copyto(src, self.send)
+            req = slot.req
+            if req is None:
+                req = slot.req = start_collective(r.mpi, r.kind, slot.send, slot.recv, r.mop,
+                                                  r.root, persistent=True)
+            slot.busy = True
+            req.Start()
+            self.req = req
+            return
+        send = self.send
+        if r.divisor:           # avg: divide into the output, then sum in place
+            table.scale(self.recv, send, r.divisor)
+            send = MPI.IN_PLACE
+        elif r.inplace:         # the input already lies where the output goes
+            send = MPI.IN_PLACE
+        self.req = start_collective(r.mpi, r.kind, send, self.recv, r.mop, r.root)
+
+    def run(self) -> bool:
+        if self.done or not self.req.Test():
+            return False
+        slot = self.slot
+        if slot is not None:
+            if slot.recv is not None and self.recv is not None:
+                np.copyto(self.recv, slot.recv)
+            slot.busy = False
+        self.done = True
+        return True
+
+    @property
+    def waits_done(self) -> int:
+        return 1 if self.done else 0
+
+    @property
+    def bytes_moved(self) -> int:
+        return self.recv.nbytes if self.done and self.recv is not None else 0
+
+    def pending_peers(self):
+        return ({-1} if not self.done else set()), set()
+
+    def release(self) -> None:
+        self.send = self.recv = None
+
+
+# -- step machines over host arrays ----------------------------------------------------------
 class Shm:
     """What a shared-memory program needs at run time: the communicator's area, this
     collective's epoch base, the map from local index to communicator rank, and peers'
@@ -133,8 +170,9 @@ class Shm:
         self.slots = {}
 
 
-class Lane:
-    """One program being executed on host arrays."""
+class ProgramLane(Lane):
+    """One program being executed on host arrays: ``bufs`` are the send, receive and
+    scratch arrays (flat, typed like the collective's data)."""
     __slots__ = ("program", "bufs", "_bytes", "itemsize", "op", "mpi", "tag", "pc", "inflight",
                  "waiting", "waits_done", "bytes_moved", "ops", "shm", "pool", "_pooled")
 
@@ -156,11 +194,15 @@ class Lane:
         self.pool = None        # where the scratch buffer goes back to (BufferPool)
         self._pooled = None
 
+    def start(self) -> None:
+        self.run()
+
     def release(self) -> None:
-        """The collective is over: return its scratch buffer to the communicator's pool."""
         if self.pool is not None and self._pooled is not None:
             self.pool.put(self._pooled)
             self._pooled = None
+        self.bufs = self._bytes = None
+        self.shm = None
 
     @property
     def done(self) -> bool:
@@ -204,13 +246,6 @@ class Lane:
         reqs = transport.post(self.mpi, self.tag, p.sends, p.recvs, self._view)
         return reqs, self._describe(p), None
 
-    def _coll(self, p):
-        """Start an MPI nonblocking collective (algorithms/mpicoll.py)."""
-        send = MPI.IN_PLACE if p.send == p.recv else self._arr(p.send)
-        req = start_collective(self.mpi, p.kind, send, self._arr(p.recv), MPI_OPS.get(self.op),
-                               p.root)
-        return [req], [("coll", -1, p.recv.n * self.itemsize)], None
-
     def _describe(self, p):
         return [("recv", peer, reg.n * self.itemsize) for peer, reg in p.recvs] + \
                [("send", peer, reg.n * self.itemsize) for peer, reg in p.sends]
@@ -219,8 +254,7 @@ class Lane:
         """The program ran to its end (device lanes synchronize their stream here)."""
 
     def run(self) -> bool:
-        """Execute until a Wait whose transfers are still in flight, or the end.
-        True if anything moved."""
+        """Execute until a wait whose transfers are still in flight, or the end."""
         steps = self.program.steps
         start = self.pc
         if self.waiting is not None and not self._waited():
@@ -241,14 +275,12 @@ class Lane:
                 self.bytes_moved += sum(d[2] for d in descr)
             elif kind is Post:
                 self.inflight[p.h] = self._post(p)
-            elif kind is Coll:
-                self.inflight[p.h] = self._coll(p)
             elif kind is Reduce:
                 ops.reduce(self.op, self._arr(p.dst), self._arr(p.a), self._arr(p.b))
             elif kind is Copy:
                 ops.copy(self._arr(p.dst), self._arr(p.src))
             elif kind is Scale:
-                ops.scale(self._arr(p.dst), p.divisor)
+                ops.scale(self._arr(p.dst), self._arr(p.src), p.divisor)
             elif kind is WaitFlags:
                 if not self.shm.area.reached(p.flag, self.shm.base + p.epoch, p.peers):
                     self.waiting = p
@@ -257,35 +289,36 @@ class Lane:
             elif kind is Signal:
                 self.shm.area.signal(p.flag, self.shm.base + p.epoch)
             elif kind is ReduceN:
-                ops.reduce_n(self.op, self._arr(p.dst), [self._arr(r) for r in p.srcs])
+                ops.reduce_n(self.op, self._arr(p.dst), [self._arr(r) for r in p.srcs],
+                             p.divisor)
             self.pc += 1
         self.waiting = None
         self._end()
         return True
 
     def pending_peers(self):
-        """(peers it waits to receive from, peers its sends are still going to), as
-        communicator ranks."""
         recv_from, send_to = set(), set()
         w = self.waiting
         if isinstance(w, WaitFlags):
             late = self.shm.area.behind(w.flag, self.shm.base + w.epoch, w.peers)
             return {self.shm.local[q] for q in late}, send_to
-        if self.waiting is not None and self.waiting in self.inflight:
-            reqs, descr, _ = self.inflight[self.waiting]
+        if w is not None and w in self.inflight:
+            reqs, descr, _ = self.inflight[w]
             for still, (kind, peer, _) in zip(transport.pending(reqs), descr):
-                if still and kind == "coll":
-                    recv_from.add(-1)        # every peer (an MPI collective)
-                elif still:
+                if still:
                     (recv_from if kind == "recv" else send_to).add(peer)
         return recv_from, send_to
+
+    def recv_peers(self) -> list:
+        return sorted({p for _, d, _ in self.inflight.values() for kind, p, _ in d
+                       if kind == "recv"})
 
     def cancel(self) -> None:
         for reqs, descr, _ in self.inflight.values():
             transport.cancel(reqs, sum(1 for d in descr if d[0] == "recv"))
 
 
-class DeviceLane(Lane):
+class DeviceLane(ProgramLane):
     """A program over device arrays (see the module docstring for the transport)."""
     __slots__ = ("direct",)
 
@@ -294,22 +327,22 @@ class DeviceLane(Lane):
         self.direct = direct
 
     def _post(self, p):
-        from .. import device
+        from ..transport import staging
         self.ops.sync()     # kernels that wrote what we send have finished
         if self.direct:
             reqs = transport.post(self.mpi, self.tag, p.sends, p.recvs,
-                                  lambda reg: device.mpi_view(self._arr(reg)))
+                                  lambda reg: staging.mpi_view(self._arr(reg)))
             return reqs, self._describe(p), None
         isz = self.itemsize
         staged_sends, staged_recvs = [], []
         for peer, reg in p.sends:
-            host = device.STAGING.get(reg.n * isz)
+            host = staging.STAGING.get(reg.n * isz)
             typed = host[:reg.n * isz].view(self._arr(reg).dtype)
             self._arr(reg).copy_to_host(typed, stream=self.ops.stream)
             staged_sends.append((peer, host, reg))
         self.ops.sync()
         for peer, reg in p.recvs:
-            staged_recvs.append((peer, device.STAGING.get(reg.n * isz), reg))
+            staged_recvs.append((peer, staging.STAGING.get(reg.n * isz), reg))
         reqs = [self.mpi.Irecv(h[:r.n * isz], peer, self.tag) for peer, h, r in staged_recvs]
         reqs += [self.mpi.Isend(h[:r.n * isz], peer, self.tag) for peer, h, r in staged_sends]
 
@@ -319,7 +352,7 @@ class DeviceLane(Lane):
                 dev.copy_to_device(host[:reg.n * isz].view(dev.dtype), stream=self.ops.stream)
             self.ops.sync()     # the host buffers are reused next
             for _, host, _ in staged_recvs + staged_sends:
-                device.STAGING.put(host)
+                staging.STAGING.put(host)
         return reqs, self._describe(p), finish
 
     def _end(self) -> None:

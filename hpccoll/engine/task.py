@@ -1,154 +1,73 @@
-"""A collective in flight on one rank.
+"""A collective in flight on one rank: one class for every collective.
 
-A task runs one or two *lanes* (engine/lane.py): a program, its program counter
-and the transfers it has posted -- all the context a suspended collective needs.
+A task runs its plan's lane (engine/lane.py: the data) and, when the mismatch check asks
+for it, a check lane (engine/check.py: every member's fingerprint or digest agrees, or
+they all learn who differs).  It completes only when both did, so every member either
+gets a correct result or raises the same CollectiveMismatch.
 
-- the data lane carries the collective itself;
-- the check (``check_mismatch``) compares every member's fingerprint (collective,
-  dtype, count, root, op, sequence, buffers, algorithm).  Its shape depends only on
-  the number of ranks, so it completes even when the data lanes of disagreeing ranks
-  cannot; the task completes only when both did and all fingerprints agree.  So every
-  member either gets a correct result or raises the same CollectiveMismatch naming
-  who differs.
-
-  Order-matched collectives (no key) check with one MPI nonblocking allreduce (MIN) of
-  (h, -h), h a hash of the fingerprint, started with the collective: cheap, and it
-  runs concurrently with the data.  Only when the hashes differ do the ranks exchange
-  their full fingerprints (direct messages on the collective's next tag) to say who
-  differs and how.  Keyed collectives may start in different orders on different
-  ranks, which MPI collectives forbid, so they always exchange full fingerprints.
-
-Tasks are only touched by whoever holds the engine (its thread, normally).
+Tasks are only touched by whoever holds the engine (its thread, or a thread in wait()).
 """
 from __future__ import annotations
 
 import time
 
-import numpy as np
 from mpi4py import MPI
 
-from ..algorithms import build
-from ..algorithms.spec import COLLECTIVES, Spec
-from ..buffers import DTYPES, OPS, dtype_name
+from ..core import mismatch
+from ..core.ops import dtype_name
 from ..errors import CollectiveMismatch, HpcCollError
-from .lane import Lane
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
-
-FP_FIELDS = ("collective", "dtype", "count", "root", "op", "sequence", "buffers", "algorithm")
-TRUNCATE_GRACE = 2.0   # seconds a task that saw a truncated message waits for the check lane
-
-
-def fingerprint_lane(fp, comm, mpi_comm, tag):
-    """The direct (or Bruck) allgather of every member's full fingerprint (a tuple of ints)."""
-    n, r = comm.size, comm.rank
-    mine = np.array(fp, np.int64)
-    chk = build(Spec("allgather", r, n, len(mine)), "direct" if n <= 16 else "bruck")
-    return Lane(chk, [mine, np.empty(n * len(mine), np.int64), np.empty(chk.scratch, np.int64)],
-                None, mpi_comm, tag)
-
-
-HASH_MASK = (1 << 62) - 1
-
-
-class HashCheck:
-    """The cheap check of order-matched collectives (see the module docstring).  Same
-    interface as a Lane for Task.poll: run(), done, pending_peers(), cancel(), rows.
-    The hash of a tuple of ints is the same in every process (only str and bytes hashes
-    are salted per process)."""
-    __slots__ = ("fp", "h", "pair", "req", "detail", "done", "_args")
-
-    def __init__(self, fp, comm, mpi_comm, tag):
-        self.fp = fp
-        self.h = hash(fp) & HASH_MASK
-        self.pair = np.array((self.h, -self.h), np.int64)
-        self.req = None
-        self.detail = None
-        self.done = False
-        self._args = (comm, mpi_comm, tag)
-
-    def run(self) -> bool:
-        if self.detail is not None:
-            moved = self.detail.run()
-            self.done = self.detail.done
-            return moved
-        if self.req is None:        # started with the collective, in issue order
-            self.start()
-        if not self.req.Test():
-            return False
-        if self.agreed():
-            self.done = True        # min and max of every member's hash are ours
-            return True
-        self.detail = fingerprint_lane(self.fp, *self._args)
-        return self.run()
-
-    def start(self) -> None:
-        self.req = self._args[1].Iallreduce(MPI.IN_PLACE, self.pair, op=MPI.MIN)
-
-    def agreed(self) -> bool:
-        """Once the allreduce completed: min and max of every member's hash are ours."""
-        return self.pair[0] == self.h and -self.pair[1] == self.h
-
-    @property
-    def rows(self):
-        return self.detail.bufs[1] if self.detail is not None else None
-
-    def pending_peers(self):
-        if self.detail is not None:
-            return self.detail.pending_peers()
-        return ({-1} if self.req is not None and not self.done else set()), set()
-
-    def cancel(self) -> None:
-        if self.detail is not None:
-            self.detail.cancel()
+TRUNCATE_GRACE = 2.0   # seconds a task that saw a truncated message waits for an explanation
 
 
 def started(prev) -> bool:
     """``prev``, a communicator's previous order-matched task (or None), has started (or
-    ended), so the next one may start its MPI collectives: see Task.startable."""
-    return prev is None or prev.t_start is not None or prev.finished
+    ended), so the next one may start its MPI calls: see Task.startable."""
+    return prev is None or prev.t_start is not None or prev.state is FAILED
 
 
 class Task:
     __slots__ = (
-        "work", "comm", "coll", "dtype", "count", "root", "op", "seq", "key", "key_instance",
-        "data", "check", "prev", "express",
-        "fp", "state", "error", "result", "doomed", "retired", "gseq",
+        "work", "comm", "plan", "seq", "key", "key_instance", "lane", "check", "prev",
+        "state", "error", "result", "doomed", "retired", "gseq", "probed", "gated",
         # counters and times (reports, traces, policies)
         "t_issue", "t_start", "t_end", "last_progress", "polls", "tries", "yields",
         "yields_progress", "spins", "threshold", "consecutive", "made_progress", "yield_times",
     )
 
-    def __init__(self, work, comm, coll, dtype, count, root, op, seq, key, data, result, fp):
+    def __init__(self, work, comm, plan, seq, key, lane, result, check=None, prev=None,
+                 gated=False):
         self.work = work
-        self.comm = comm
-        self.coll, self.dtype, self.count, self.root, self.op = coll, dtype, count, root, op
+        self.comm = comm             # the communicator's state (core/state.py)
+        self.plan = plan
         self.seq, self.key = seq, key
         self.key_instance = 0
-        self.data = data             # the collective's lane (host or device)
-        self.fp = fp                 # fingerprint (tuple of ints), or None: checks off / 1 rank
-        self.check = None
-        if fp is not None:
-            self.check = (HashCheck if key is None else fingerprint_lane)(fp, comm, data.mpi,
-                                                                          data.tag + 1)
-        self.prev = None             # the communicator's previous order-matched task
-        self.express = False         # started on the calling thread (hpccoll/express.py)
+        self.lane = lane
+        self.check = check
+        self.prev = prev             # the communicator's previous order-matched task
         self.result = result
         self.state = QUEUED
-        self.error = None
-        self.doomed = None           # (deadline, error) after a truncated message
-        self.retired = False
-        self.gseq = None             # global sequence number (ordered policy)
+        self.error = self.doomed = self.gseq = self.yield_times = None
+        self.retired = self.probed = self.made_progress = False
+        # the data waits for the check: nothing moves until every member's fingerprint
+        # agreed (check_mismatch="every" on MPI's own collectives, which a mismatched
+        # call can make the MPI library itself abort)
+        self.gated = gated
         now = time.monotonic()
-        self.t_issue, self.t_start, self.t_end = now, None, None
-        self.last_progress = now
+        self.t_issue = self.last_progress = now
+        self.t_start = self.t_end = None
         self.polls = self.tries = self.yields = self.yields_progress = 0
         self.spins = self.threshold = 0
         self.consecutive = 1
-        self.made_progress = False
-        self.yield_times = None      # a list when tracing
 
-    # -- identity -----------------------------------------------------------------
+    # -- identity -------------------------------------------------------------------------
+    coll = property(lambda self: self.plan.coll)
+    dtype = property(lambda self: self.plan.dtype)
+    count = property(lambda self: self.plan.count)
+    root = property(lambda self: self.plan.root)
+    op = property(lambda self: self.plan.op)
+
     @property
     def ident(self) -> str:
         return f"{self.comm.name}#{self.seq}" if self.key is None else f"{self.comm.name}[{self.key!r}]"
@@ -158,44 +77,55 @@ class Task:
 
     @property
     def finished(self) -> bool:
-        return self.state in (DONE, FAILED)
+        return self.state is DONE or self.state is FAILED
 
     @property
     def program(self):
-        return self.data.program
+        return self.lane.program
 
-    # -- execution ------------------------------------------------------------------
+    # -- execution ------------------------------------------------------------------------
     def startable(self) -> bool:
-        """Order-matched collectives start MPI collectives (the check, tiny messages), which
+        """Order-matched collectives start MPI collectives (the check, the MPI row), which
         every rank must start in the same order on a communicator: a task starts only after
-        its communicator's previous order-matched task started."""
-        return started(self.prev)
+        its communicator's previous order-matched task started (and, on the MPI row, once
+        the persistent request it takes is free again)."""
+        return started(self.prev) and (self.lane.needs_slot or self.lane.startable())
 
     def start(self) -> None:
-        """Take an execution slot: post the first transfers and run to the first wait."""
+        """Post the check's collective, then the data's (the same order on every rank), and
+        run to the first wait."""
         self.state = RUNNING
         self.t_start = self.last_progress = time.monotonic()
         self.prev = None
-        self.poll()
+        if self.check is not None:
+            self.check.start()
+        if self.lane.needs_slot:
+            self.poll()         # posts the first transfers; MPI errors are the poll's to explain
+        elif not self.gated:
+            self.lane.start()   # MPI runs it from here
 
     def poll(self) -> bool:
         """Test what the task waits on and continue where it can.  True on progress."""
-        if self.finished:
+        if self.state is not RUNNING:
             return False
         self.polls += 1
         progressed = False
+        lane, check = self.lane, self.check
         try:
-            if self.check is not None and not self.check.done and self.check.run():
+            if check is not None and not check.done and check.run():
                 progressed = True
-                if self.check.done:
+                if check.done:
                     self._verify()
+            if self.gated and check.done:
+                self.gated = False
+                lane.start()
             if self.doomed is None:
-                if not self.data.done and self.data.run():
+                if not lane.done and not self.gated and lane.run():
                     progressed = True
             elif time.monotonic() > self.doomed[0]:
                 self.fail(self.doomed[1])
                 return True
-            if self.data.done and (self.check is None or self.check.done):
+            if lane.done and (check is None or check.done):
                 self.state = DONE
                 self.t_end = time.monotonic()
                 progressed = True
@@ -215,31 +145,16 @@ class Task:
         return progressed
 
     def _verify(self) -> None:
-        """Every member's fingerprint is here: all equal, or raise naming who differs."""
-        rows = (self.check.rows if isinstance(self.check, HashCheck)
-                else self.check.bufs[1])
+        """The check finished: all agreed, or raise naming who differs."""
+        rows = self.check.gathered()
         if rows is None:
             return
-        rows = rows.reshape(self.comm.size, len(self.fp))
-        if (rows == np.array(self.fp, np.int64)).all():
-            return
         world = self.comm.world_ranks
-        fields, odd = {}, set()
-        for i, name in enumerate(FP_FIELDS):
-            values = {}
-            for r, v in enumerate(rows[:, i]):
-                values.setdefault(_fp_text(name, v), []).append(world[r])
-            if len(values) > 1:
-                fields[name] = values
-                majority = max(values.values(), key=len)
-                odd.update(r for ranks in values.values() if ranks is not majority for r in ranks)
-        parts = ["{}: {}".format(name, "; ".join(
-            f"rank{'s' if len(rs) > 1 else ''} {','.join(map(str, rs))} {'have' if len(rs) > 1 else 'has'} {v}"
-            for v, rs in vals.items())) for name, vals in fields.items()]
-        raise CollectiveMismatch(
-            f"ranks disagree about collective #{self.seq if self.key is None else self.key!r} on "
-            f"communicator {self.comm.name!r} (this rank {world[self.comm.rank]} issued "
-            f"{self.describe()}): " + " | ".join(parts), ranks=sorted(odd), fields=fields)
+        found = mismatch.verdict({world[r]: rows[r] for r in range(len(rows))})
+        if found is not None:
+            # keyed: the sequence field holds the key's hash (the check's one row)
+            own = self.seq if self.key is None else int(self.check.rows[-1][mismatch.SEQ])
+            raise self.comm.mismatch_error(*found, task=self if found[0] == own else None)
 
     def _mpi_error(self, exc) -> None:
         """A truncated message (MPI_ERR_TRUNCATE, or MPI_ERR_IN_STATUS from a Testall
@@ -247,16 +162,17 @@ class Task:
         if exc.Get_error_class() not in (MPI.ERR_TRUNCATE, MPI.ERR_IN_STATUS):
             self.fail(HpcCollError(f"MPI error in {self.describe()}: {exc}"))
             return
-        peers = sorted({self.comm.world_ranks[p] for _, d, _ in self.data.inflight.values()
-                        for kind, p, _ in d if kind == "recv"})
+        peers = sorted({self.comm.world_ranks[p] for p in self.lane.recv_peers()})
+        source = f"rank(s) {peers}" if peers else "a peer"
         error = CollectiveMismatch(
             f"collective {self.ident} on communicator {self.comm.name!r}: a message from "
-            f"rank(s) {peers} was longer than this rank expects; ranks disagree on the count "
+            f"{source} was longer than this rank expects; ranks disagree on the count "
             f"or dtype (this rank: {self.describe()}; MPI: {exc})", ranks=tuple(peers))
+        # the check, or a probe of the communicator's ledger, may still say who differs
+        # and how; until then the task is doomed
+        self.doomed = (time.monotonic() + TRUNCATE_GRACE, error)
         if self.check is None:
-            self.fail(error)
-        else:  # the check lane will say who differs and how
-            self.doomed = (time.monotonic() + TRUNCATE_GRACE, error)
+            self.comm.suspect(self)
 
     def fail(self, exc: BaseException) -> None:
         if not self.finished:
@@ -266,18 +182,17 @@ class Task:
 
     def cancel_transfers(self) -> None:
         """Give up on a failed task: cancel the receives it still has posted."""
-        self.data.cancel()
+        self.lane.cancel()
         if self.check is not None:
             self.check.cancel()
 
     def trace_record(self, rank: int) -> dict:
         """One trace entry (monotonic seconds; Context.trace() adds wall-clock times)."""
-        itemsize = self.dtype.itemsize
         return {
             "rank": rank, "comm": self.comm.name, "ident": self.ident, "coll": self.coll,
-            "dtype": dtype_name(self.dtype), "count": self.count, "bytes": self.count * itemsize,
-            "algo": self.data.program.algo, "ops": self.data.ops.name, "state": self.state,
-            "t_issue": self.t_issue,
+            "dtype": dtype_name(self.dtype), "count": self.count,
+            "bytes": self.count * self.dtype.itemsize, "algo": self.lane.program.algo,
+            "ops": self.plan.backend, "state": self.state, "t_issue": self.t_issue,
             "t_start": self.t_start, "t_end": self.t_end, "tries": self.tries,
             "yields": self.yields, "yields_progress": self.yields_progress, "polls": self.polls,
             "gseq": self.gseq, "yield_times": list(self.yield_times or ()),
@@ -287,37 +202,21 @@ class Task:
     def snapshot(self) -> dict:
         """What this task is doing, for timeout reports (world ranks)."""
         world = self.comm.world_ranks
-        recv_from, send_to = self.data.pending_peers()
+        recv_from, send_to = self.lane.pending_peers()
         if self.check is not None:
             crecv, csend = self.check.pending_peers()
-            recv_from |= crecv
-            send_to |= csend
+            recv_from = recv_from | crecv
+            send_to = send_to | csend
         now = time.monotonic()
         return {
             "comm": self.comm.name, "members": list(world), "seq": self.seq,
             "key": self.key, "ident": self.ident, "coll": self.coll, "dtype": dtype_name(self.dtype),
             "count": self.count, "root": self.root, "op": self.op, "state": self.state,
-            "algo": self.data.program.algo, "waits_done": self.data.waits_done,
-            "waits": self.data.program.waits, "bytes_moved": self.data.bytes_moved,
+            "algo": self.lane.program.algo, "waits_done": self.lane.waits_done,
+            "waits": self.lane.program.waits, "bytes_moved": self.lane.bytes_moved,
             # -1: an MPI collective, which waits for every other member
             "waiting_on": sorted(w for i, w in enumerate(world) if i != self.comm.rank)
             if -1 in recv_from else sorted(world[p] for p in recv_from),
             "sending_to": sorted(world[p] for p in send_to), "age": now - self.t_issue,
             "idle": now - self.last_progress, "yields": self.yields, "gseq": self.gseq,
         }
-
-
-def _fp_text(field: str, value) -> str:
-    value = int(value)
-    if field == "buffers":
-        return "ordinary arrays" if value == 0 else f"registered buffers (id {value:#x})"
-    if field == "algorithm":
-        from ..algorithms import ALGO_CODES
-        names = {v: k for k, v in ALGO_CODES.items()}
-        return names.get(value, str(value))
-    names = {"collective": COLLECTIVES, "dtype": list(DTYPES), "op": ["none"] + list(OPS)}
-    if field in names:
-        table = names[field]
-        idx = value if field == "op" else value - 1
-        return table[idx] if 0 <= idx < len(table) else str(value)
-    return str(value)

@@ -1,6 +1,7 @@
 """One function per natively run collective, all the same shape: read the mpi4py
-arguments in mpi4py's order (raising what mpi4py raises), decide, and return either a
-function that starts the collective on hpccoll (returning its Work) or FORWARD.
+arguments in mpi4py's order (raising what mpi4py raises), decide, and return either the
+validated call (``hpccoll.core.validate.Call``) that the pipeline issues as it is, or
+FORWARD.  Arguments are checked here, once: the pipeline does not check them again.
 
 FORWARD means "let mpi4py do it": a datatype or op hpccoll lacks, a device buffer,
 send and receive datatypes that differ.  The decision depends only on the datatypes and
@@ -14,9 +15,10 @@ import operator
 
 import numpy as np
 
-from .. import vcollectives
+from ..core import validate
+from ..core.validate import Call
 from ._message import index_array, is_in_place, overlap, simple, vector, view
-from ._types import MPI, native_dtype, native_op
+from ._types import MPI, fast_dtype, native_dtype, native_op
 
 FORWARD = None
 
@@ -102,15 +104,13 @@ def _span(vm) -> int:
     return max(ends, default=0)
 
 
-def _submit(hc, call):
-    hc._check()
-    return hc._submit(call, None, None)   # un-keyed, default block count
+_EMPTY = np.empty(0, np.uint8)
 
 
 # -- the collectives --------------------------------------------------------------------
 
 def barrier(hc):
-    return hc.barrier
+    return Call("barrier", _EMPTY, _EMPTY, 0, None, 0, True, None)
 
 
 def bcast(hc, buf, root):
@@ -120,10 +120,32 @@ def bcast(hc, buf, root):
     if m.device or (dt := native_dtype(m.datatype)) is None:
         return FORWARD
     x = view(m, dt, m.count)
-    return lambda: hc.broadcast(x, root)
+    return Call("broadcast", x, x, x.size, None, root, True, None)
+
+
+def _flat(a):
+    return a if a.ndim == 1 else a.reshape(-1)
 
 
 def allreduce(hc, sendbuf, recvbuf, op):
+    # NumPy arrays in C order, or MPI.IN_PLACE, and one of MPI's own ops: no message
+    # parsing (the adapter's common case, and its per-call cost)
+    if recvbuf.__class__ is np.ndarray:
+        dt = fast_dtype(recvbuf)
+        inplace = is_in_place(sendbuf)
+        if dt is not None and (inplace or (sendbuf.__class__ is np.ndarray
+                                           and fast_dtype(sendbuf) is dt)):
+            name = native_op(op, None, dt) if op.__class__ is MPI.Op else None
+            if name is not None and recvbuf.flags.writeable:
+                y = _flat(recvbuf)
+                if inplace:
+                    return Call("allreduce", y, y, y.size, name, 0, True, None)
+                x = _flat(sendbuf)
+                if x.size != y.size:
+                    raise ValueError(f"mismatch in send count {x.size} and receive count {y.size}")
+                if x.base is not None or y.base is not None or x is y:
+                    _alias(x, y)
+                return Call("allreduce", x, y, y.size, name, 0, False, None)
     _op(op)
     r = simple(recvbuf, readonly=False)
     s = None if is_in_place(sendbuf) else simple(sendbuf, readonly=True)
@@ -135,7 +157,7 @@ def allreduce(hc, sendbuf, recvbuf, op):
     x = y if s is None else view(s, dt, s.count)
     if s is not None:
         _alias(x, y)
-    return lambda: hc.allreduce(x, y, name)
+    return Call("allreduce", x, y, y.size, name, 0, s is None, None)
 
 
 def reduce(hc, sendbuf, recvbuf, op, root):
@@ -159,12 +181,12 @@ def reduce(hc, sendbuf, recvbuf, op, root):
         return FORWARD
     if r is None:
         x = view(s, dt, s.count)
-        return lambda: hc.reduce(x, None, name, root)
+        return Call("reduce", x, np.empty(x.size, dt), x.size, name, root, False, None)
     y = view(r, dt, r.count)
     x = y if s is None else view(s, dt, s.count)
     if s is not None:
         _alias(x, y)
-    return lambda: hc.reduce(x, y, name, root)
+    return Call("reduce", x, y, y.size, name, root, s is None, None)
 
 
 def allgather(hc, sendbuf, recvbuf):
@@ -182,7 +204,7 @@ def allgather(hc, sendbuf, recvbuf):
     else:
         x = view(s, dt, m)
         _alias(x, y)
-    return lambda: hc.allgather(x, y)
+    return Call("allgather", x, y, m, None, 0, s is None, None)
 
 
 def allgatherv(hc, sendbuf, recvbuf):
@@ -201,8 +223,7 @@ def allgatherv(hc, sendbuf, recvbuf):
     else:
         x = view(s, dt, mine)
         _alias(x, y)
-    call = vcollectives.allgatherv(hc, x, y, r.counts, r.displs, s is None)
-    return lambda: _submit(hc, call)
+    return validate.allgatherv(hc, x, y, r.counts, r.displs, s is None)
 
 
 def alltoall(hc, sendbuf, recvbuf):
@@ -217,7 +238,7 @@ def alltoall(hc, sendbuf, recvbuf):
     x = y if s is None else view(s, dt, n * s.count)
     if s is not None:
         _alias(x, y)
-    return lambda: hc.alltoall(x, y)
+    return Call("alltoall", x, y, r.count, None, 0, s is None, None)
 
 
 def alltoallv(hc, sendbuf, recvbuf):
@@ -235,8 +256,7 @@ def alltoallv(hc, sendbuf, recvbuf):
     else:
         x, sc, sd = view(s, dt, _span(s)), s.counts, s.displs
         _alias(x, y)
-    call = vcollectives.alltoallv(hc, x, y, sc, sd, r.counts, r.displs, s is None)
-    return lambda: _submit(hc, call)
+    return validate.alltoallv(hc, x, y, sc, sd, r.counts, r.displs, s is None)
 
 
 def reduce_scatter_block(hc, sendbuf, recvbuf, op):
@@ -254,11 +274,10 @@ def reduce_scatter_block(hc, sendbuf, recvbuf, op):
     m = r.count
     if s is None:
         full = view(r, dt, n * m)
-        call = vcollectives.reduce_scatterv(hc, full, full[:m], (m,) * n, name, True)
-        return lambda: _submit(hc, call)
+        return validate.reduce_scatterv(hc, full, full[:m], (m,) * n, name, True)
     x, y = view(s, dt, n * m), view(r, dt, m)
     _alias(x, y)
-    return lambda: hc.reduce_scatter(x, y, name)
+    return Call("reduce_scatter", x, y, m, name, 0, False, None)
 
 
 def reduce_scatter(hc, sendbuf, recvbuf, recvcounts, op):
@@ -296,5 +315,4 @@ def reduce_scatter(hc, sendbuf, recvbuf, recvcounts, op):
     else:
         x, y = view(s, dt, total), view(r, dt, counts[rank])
         _alias(x, y)
-    call = vcollectives.reduce_scatterv(hc, x, y, counts, name, s is None)
-    return lambda: _submit(hc, call)
+    return validate.reduce_scatterv(hc, x, y, counts, name, s is None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..api import init
+from ..core.context import init
 from ..errors import ArgumentError
 from . import _calls as calls
 from ._request import Request
@@ -101,6 +101,8 @@ class Comm:
             return attr(*args, **kwargs)
         forwarded.__name__ = name
         forwarded.__doc__ = attr.__doc__
+        # kept: the next call finds it with one attribute lookup
+        self.__dict__[name] = forwarded
         return forwarded
 
     def __setattr__(self, name, value):
@@ -110,16 +112,17 @@ class Comm:
             setattr(self._mpi, name, value)
 
     # -- the engine of every native method ---------------------------------------------
-    def _run(self, name: str, plan, *args):
-        """(Work, None) when it ran natively, (None, mpi4py's return value) when forwarded."""
+    def _run(self, name: str, read, *args):
+        """(Work, None) when it ran natively, (None, mpi4py's return value) when forwarded.
+        ``read`` checks the arguments once and returns the call the pipeline issues."""
         if self._freed:
             raise MPI.Exception(MPI.ERR_COMM)
-        start = plan(self._hc, *args)
-        if start is calls.FORWARD:
+        call = read(self._hc, *args)
+        if call is calls.FORWARD:
             self._stats[name]["forwarded"] += 1
             return None, getattr(self._mpi, name)(*args)
         self._stats[name]["native"] += 1
-        return start(), None
+        return self._hc._issue(call), None
 
     def _blocking(self, name: str, plan, *args) -> None:
         work, _ = self._run(name, plan, *args)

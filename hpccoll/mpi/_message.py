@@ -128,7 +128,7 @@ def _format_type(fmt: str):
 _ARRAY_TYPES: dict = {}   # NumPy dtype -> MPI datatype of its buffer format
 
 
-def _array_type(dt: np.dtype):
+def array_type(dt: np.dtype):
     t = _ARRAY_TYPES.get(dt)
     if t is None:
         t = _ARRAY_TYPES[dt] = _format_type(memoryview(np.empty(0, dt)).format)
@@ -165,7 +165,7 @@ def _buffer(buf, typ, readonly: bool):
     if typ is not None:
         return base, as_datatype(typ)
     if isinstance(fmt, np.dtype):
-        return base, _array_type(fmt)
+        return base, array_type(fmt)
     if isinstance(buf, _BYTE_OBJECTS):
         return base, MPI.BYTE
     return base, _format_type(fmt)

@@ -14,8 +14,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..api import _mpi
-from ..buffers import DTYPES, OPS, dtype_kind
+from ..core.context import mpi as _mpi
+from ..core.ops import DTYPES, OPS, dtype_kind, op_of_mpi
 
 MPI = _mpi()
 
@@ -25,13 +25,31 @@ _HPCCOLL_DTYPES = set(DTYPES.values())
 # PACKED, CHAR and WCHAR are not numbers.
 _NOT_NATIVE = {t.py2f() for t in (MPI.DATATYPE_NULL, MPI.PACKED, MPI.CHAR, MPI.WCHAR, MPI.LOGICAL)}
 
-_OP_NAMES = {op.py2f(): name for op, name in (
-    (MPI.SUM, "sum"), (MPI.PROD, "prod"), (MPI.MIN, "min"), (MPI.MAX, "max"),
-    (MPI.LAND, "land"), (MPI.LOR, "lor"), (MPI.LXOR, "lxor"),
-    (MPI.BAND, "band"), (MPI.BOR, "bor"), (MPI.BXOR, "bxor"))}
-
 _dtypes: dict = {}    # datatype handle -> np.dtype or None
 _accepts: dict = {}   # (op handle, datatype handle) -> bool
+_arrays: dict = {}    # NumPy dtype of an array argument -> its MPI datatype, or None
+_ops: dict = {}       # (id of an MPI.Op, dtype) -> hpccoll op name or None
+_C_ALIGNED = 0x1 | 0x100     # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
+
+
+def fast_dtype(arr: np.ndarray) -> Optional[np.dtype]:
+    """The dtype of a NumPy array argument that mpi4py would send as a datatype hpccoll
+    runs natively, when the array is C-contiguous and aligned; None: read the argument
+    the long way (mpi4py's message forms, its checks and errors)."""
+    if arr.flags.num & _C_ALIGNED != _C_ALIGNED:
+        return None
+    dt = arr.dtype
+    try:
+        datatype = _arrays[dt]
+    except KeyError:
+        from ._message import array_type
+        try:
+            datatype = array_type(dt)
+        except Exception:
+            datatype = None
+        _arrays[dt] = datatype if datatype is not None and native_dtype(datatype) == dt else None
+        datatype = _arrays[dt]
+    return None if datatype is None else dt
 
 
 def native_dtype(datatype) -> Optional[np.dtype]:
@@ -59,13 +77,23 @@ def _lookup(datatype) -> Optional[np.dtype]:
 
 def op_name(op) -> Optional[str]:
     """hpccoll's name for a predefined MPI op, or None (user-defined, MAXLOC, REPLACE, ...)."""
-    return _OP_NAMES.get(op.py2f())
+    return op_of_mpi(op)
 
 
 def native_op(op, datatype, dt: np.dtype) -> Optional[str]:
-    """hpccoll's op for reducing ``datatype`` (as ``dt``) with ``op``, or None to forward."""
+    """hpccoll's op for reducing ``datatype`` (as ``dt``; None: the datatype of a ``dt``
+    array) with ``op``, or None to forward."""
+    if datatype is None:
+        key = (id(op), dt)
+        name = _ops.get(key, 0)
+        if name == 0:
+            datatype = _arrays.get(dt)
+            name = None if datatype is None else native_op(op, datatype, dt)
+            if key[0] in _PREDEFINED:   # they live as long as the module: ids stay theirs
+                _ops[key] = name
+        return name
     name = op_name(op)
-    if name is None or dtype_kind(dt) not in OPS[name][1]:
+    if name is None or dtype_kind(dt) not in OPS[name].kinds:
         return None
     key = (op.py2f(), datatype.py2f())
     if key not in _accepts:
@@ -82,3 +110,7 @@ def _mpi_accepts(op, datatype, dt: np.dtype) -> bool:
     except MPI.Exception:
         return False
     return True
+
+
+_PREDEFINED = {id(op) for op in (MPI.SUM, MPI.PROD, MPI.MIN, MPI.MAX, MPI.LAND, MPI.LOR,
+                                 MPI.LXOR, MPI.BAND, MPI.BOR, MPI.BXOR)}

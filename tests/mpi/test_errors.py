@@ -1,4 +1,8 @@
-"""Mismatch detection and bad input, at any number of ranks."""
+"""Mismatch detection and bad input, at any number of ranks.
+
+The mismatch tests run under both checks: "every" (the mismatched call itself raises)
+and "deferred", the default (the mismatched call, or one of the next mismatch_every on
+its communicator, raises: the documented bound)."""
 import numpy as np
 import pytest
 
@@ -7,11 +11,34 @@ from hpccoll import ArgumentError, ArgumentTypeError, CollectiveMismatch, Contex
 
 pytestmark = pytest.mark.mpi
 
+EVERY = 8    # mismatch_every of the deferred context
+
+
+@pytest.fixture(scope="module", params=["every", "deferred"])
+def checked_ctx(request):
+    c = hpccoll.init(timeout=60, check_mismatch=request.param, mismatch_every=EVERY)
+    yield c
+    c.close(raise_mismatch=False)
+
+
+@pytest.fixture
+def mcomm(checked_ctx):
+    """A fresh duplicate per test: a mismatch breaks it."""
+    c = checked_ctx.world.dup(name="test")
+    yield c
+    if c.broken is None:
+        c.free()
+
 
 def _mismatch(comm, call):
-    """Every rank raises the same CollectiveMismatch, never hangs or returns garbage."""
+    """Every rank raises the same CollectiveMismatch, within the bound of its check, and
+    never hangs: the mismatched call itself (check "every"), or it or one of the next
+    EVERY collectives on the communicator (check "deferred")."""
     with pytest.raises(CollectiveMismatch) as info:
         call().wait(timeout=30)
+        if comm._ctx.settings.check_mismatch == "deferred":
+            for _ in range(EVERY):
+                comm.barrier().wait(timeout=30)
     # the communicator is unusable afterwards, and says why
     with pytest.raises(ContextClosed, match="unusable"):
         comm.barrier()
@@ -19,7 +46,8 @@ def _mismatch(comm, call):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_mismatch_count(comm):
+def test_mismatch_count(mcomm):
+    comm = mcomm
     odd = comm.size - 1
     exc = _mismatch(comm, lambda: comm.allreduce(np.ones(10 + (comm.rank == odd), np.float32)))
     assert "count" in exc.fields
@@ -28,8 +56,9 @@ def test_mismatch_count(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_mismatch_op_same_sizes(comm):
+def test_mismatch_op_same_sizes(mcomm):
     """Same bytes on the wire, different op: without the check some ranks would return garbage."""
+    comm = mcomm
     op = "max" if comm.rank == 1 else "sum"
     exc = _mismatch(comm, lambda: comm.allreduce(np.arange(6, dtype=np.int32), op=op))
     assert set(exc.fields) == {"op"}
@@ -37,30 +66,34 @@ def test_mismatch_op_same_sizes(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_mismatch_dtype_same_itemsize(comm):
+def test_mismatch_dtype_same_itemsize(mcomm):
+    comm = mcomm
     dt = np.float32 if comm.rank == 0 else np.int32
     exc = _mismatch(comm, lambda: comm.allreduce(np.ones(4, dt)))
     assert set(exc.fields) == {"dtype"}
 
 
 @pytest.mark.mpi(min_size=2)
-def test_mismatch_root(comm):
+def test_mismatch_root(mcomm):
+    comm = mcomm
     root = 1 if comm.rank == 1 else 0
     exc = _mismatch(comm, lambda: comm.broadcast(np.ones(8), root=root))
     assert "root" in exc.fields
 
 
 @pytest.mark.mpi(min_size=2)
-def test_mismatch_collective_type(comm):
+def test_mismatch_collective_type(mcomm):
+    comm = mcomm
     x = np.ones(4 * comm.size, np.float64)
     exc = _mismatch(comm, lambda: comm.allreduce(x) if comm.rank else comm.alltoall(x))
     assert "collective" in exc.fields
 
 
 @pytest.mark.mpi(min_size=2)
-def test_mismatch_large_count_different_algorithms(comm):
+def test_mismatch_large_count_different_algorithms(mcomm):
     """One rank's message is large (ring), the others' small (doubling): the data transfers
     cannot line up, the check lane still completes and names the count."""
+    comm = mcomm
     n = 100_000 if comm.rank == 0 else 10
     exc = _mismatch(comm, lambda: comm.allreduce(np.ones(n, np.float32)))
     assert "count" in exc.fields

@@ -228,9 +228,12 @@ def test_shares_an_existing_context():
 # -- ranks that disagree ---------------------------------------------------------------
 
 @pytest.mark.mpi(min_size=2)
-def test_disagreeing_counts_raise_collective_mismatch(adapter):
+def test_disagreeing_counts_raise_collective_mismatch():
     """Reduce_scatter's recvcounts must be the same everywhere: one rank's differ, and every
-    rank raises CollectiveMismatch instead of hanging or returning garbage."""
+    rank raises CollectiveMismatch from that call (check_mismatch="every") instead of
+    hanging or returning garbage."""
+    adapter = hpccoll.mpi.Comm(MPI.COMM_WORLD, policy=POLICY, timeout=60,
+                               check_mismatch="every")
     n, r = adapter.size, adapter.rank
     comm = adapter.Dup()
     counts = [2] * n
@@ -240,6 +243,7 @@ def test_disagreeing_counts_raise_collective_mismatch(adapter):
     with pytest.raises(hpccoll.CollectiveMismatch) as info:
         comm.Reduce_scatter(np.ones(sum(counts)), np.zeros(counts[r]), counts)
     assert "count" in info.value.fields
+    adapter.context.close()
 
 
 # -- the deadlock the adapter inherits the cure for -------------------------------------

@@ -96,7 +96,7 @@ def test_registered_buffers_every_form(sctx, mpi_world):
 
 @pytest.mark.mpi(min_size=2)
 def test_registered_used_asymmetrically_is_a_mismatch(mpi_world):
-    with hpccoll.init(timeout=30) as ctx:
+    with hpccoll.init(timeout=30, check_mismatch="every") as ctx:
         a = ctx.empty(N, np.float32)
         b = ctx.empty(N, np.float32)
         a[:] = 1

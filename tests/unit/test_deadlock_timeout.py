@@ -48,10 +48,10 @@ def test_fifo_abba_three_ranks_and_report_lists_every_rank():
         assert f"rank {r} (" in proc.stderr
 
 
-def test_express_collective_a_rank_never_joins_times_out():
-    """The express path (a tiny allreduce started on the calling thread) is watched like
-    every other collective: the report says who never arrived."""
-    script = str(Path(__file__).parents[1] / "scripts" / "express_stall.py")
+def test_early_started_collective_a_rank_never_joins_times_out():
+    """A tiny allreduce started on the calling thread is watched like every other
+    collective: the report says who never arrived."""
+    script = str(Path(__file__).parents[1] / "scripts" / "early_stall.py")
     proc = launch.run(2, [script, "2"], timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [l[:2] for l in results(proc.stdout)]

@@ -85,7 +85,7 @@ def test_cuda_scale_and_copy(cuda, dtype):
     cu, k = cuda
     x = np.arange(29, dtype=dtype)
     d = cu.to_device(x)
-    k.scale(d, 4, blocks=2, threads_per_block=4)
+    k.scale(d, d, 4, blocks=2, threads_per_block=4)
     close(d.copy_to_host(), (x.astype(np.float32) / 4).astype(dtype))
     e = cu.device_array(29, dtype)
     k.copy(e, d, blocks=3, threads_per_block=2)
@@ -121,7 +121,7 @@ def test_cpu_scale_copy_and_aliasing():
     b = np.ones(10)
     cpu.reduce("sum", a, (a, b), blocks=2)
     np.testing.assert_array_equal(a, np.arange(10) + 1)
-    cpu.scale(a, 2, blocks=2)
+    cpu.scale(a, a, 2, blocks=2)
     np.testing.assert_array_equal(a, (np.arange(10) + 1) / 2)
     c = np.empty(10)
     cpu.copy(c, a, blocks=1)

@@ -142,7 +142,7 @@ def stepsim_run_by_node(progs, bufs, node_slots, per_node):
     from collections import defaultdict, deque
     from hpccoll.algorithms.primitives import (Copy, Post, Reduce, ReduceN, Signal, Wait,
                                                WaitFlags)
-    from hpccoll.buffers import reduce_into
+    from hpccoll.engine.reduction import HostOps
     n = len(progs)
     rng = random.Random(0)
     pc = [0] * n
@@ -202,11 +202,9 @@ def stepsim_run_by_node(progs, bufs, node_slots, per_node):
             elif isinstance(p, ReduceN):
                 srcs = [arr(r, s) for s in p.srcs]
                 dst = arr(r, p.dst)
-                reduce_into("sum", dst, srcs[0], srcs[1]) if len(srcs) > 1 else np.copyto(dst, srcs[0])
-                for s in srcs[2:]:
-                    reduce_into("sum", dst, dst, s)
+                HostOps.reduce_n("sum", dst, srcs, p.divisor)
             elif isinstance(p, Reduce):
-                reduce_into("sum", arr(r, p.dst), arr(r, p.a), arr(r, p.b))
+                HostOps.reduce("sum", arr(r, p.dst), arr(r, p.a), arr(r, p.b))
             elif isinstance(p, Copy):
                 np.copyto(arr(r, p.dst), arr(r, p.src))
             pc[r] += 1

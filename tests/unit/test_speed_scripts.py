@@ -10,8 +10,8 @@ SCRIPTS = Path(__file__).parents[2] / "scripts"
 def test_latency_breakdown_reports_every_path():
     proc = launch.run(2, [str(SCRIPTS / "latency_breakdown.py"), "20"], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for line in ("general path (express=False):", "express path, check_mismatch=True:",
-                 "express path, check_mismatch=False:", "MPI Allreduce"):
+    for line in ("default (deferred check)", "check_mismatch=every", "check_mismatch=off",
+                 "express=False (queued)", "MPI Allreduce", "MPI Iallreduce + Test"):
         assert line in proc.stdout, proc.stdout
 
 

@@ -1,20 +1,50 @@
-"""Scheduling policies, one per module with the same shape:
+"""Scheduling policies, one per module with the same shape.  Every hook the engine calls:
 
     class XPolicy:
         name: str
+        early: bool             # may a slotless task (lane.needs_slot False: MPI runs it)
+                                #   start on the calling thread at issue (adopt)?
+        control_tags: tuple     # control-plane tags it handles (on_control)
+        park_seconds: float     # optional: how often a parked engine looks for messages
+        hot: bool               # a walk is under way: the engine polls without sleeping
         def __init__(self, settings)
-        def admit(self, task)      # a submitted task enters the policy
-        def step(self, engine)     # one pass: poll, start, switch; True if anything progressed
-        def live(self)             # tasks not finished, in the policy's order
-        def remove(self, task)     # drop a task that failed outside the policy
+        def bind(self, engine)  # once, before anything is admitted
+        def admit(self, task)   # a queued task enters the policy
+        def adopt(self, task)   # a task the caller already started enters the policy
+        def step(self, engine)  # one pass: poll, start, switch; True if anything progressed
+        def live(self)          # tasks not finished, in the policy's order
+        def remove(self, task)  # drop a finished task
+        def on_control(self, src, tag, payload)
 
-The table is ordered from the recommended default to the baseline.
+``Policy`` below holds the defaults.  The table is ordered from the recommended default
+to the baseline.
 """
 from __future__ import annotations
 
-from .fifo import FifoPolicy
-from .ordered import OrderedPolicy
-from .preemptive import PreemptivePolicy
+
+class Policy:
+    """Defaults of the hooks (see the module docstring)."""
+    name = ""
+    early = False
+    control_tags: tuple = ()
+    hot = False
+
+    def __init__(self, settings):
+        self.settings = settings
+
+    def bind(self, engine) -> None:
+        self.engine = engine
+
+    def adopt(self, task) -> None:
+        raise AssertionError(f"the {self.name} policy starts every collective itself")
+
+    def on_control(self, src: int, tag: int, payload) -> None:
+        raise AssertionError(f"the {self.name} policy handles no control messages")
+
+
+from .fifo import FifoPolicy  # noqa: E402
+from .ordered import OrderedPolicy  # noqa: E402
+from .preemptive import PreemptivePolicy  # noqa: E402
 
 # preemptive first: deadlock-free without coordination, and the default;
 # ordered: deadlock-free by a negotiated global launch order (a token round per burst);

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections import deque
 
+from . import Policy
 
-class FifoPolicy:
+
+class FifoPolicy(Policy):
     name = "fifo"
 
     def __init__(self, settings, on_launch=None):
+        super().__init__(settings)
         self.max_active = settings.max_active
         self.queue: deque = deque()
         self.active: list = []
@@ -32,9 +35,10 @@ class FifoPolicy:
             self.queue.remove(task)
 
     def step(self, engine) -> bool:
-        """Poll every active task once; fill free slots in issue order."""
+        """Poll every active task once; fill free slots in issue order (a task whose
+        communicator has an earlier collective not yet started waits at the head)."""
         progressed = engine.poll_each(self.active)
-        while len(self.active) < self.max_active and self.queue:
+        while len(self.active) < self.max_active and self.queue and self.queue[0].startable():
             task = self.queue.popleft()
             self.active.append(task)
             if self.on_launch is not None:

@@ -13,18 +13,20 @@ from collections import deque
 
 from ...ordering import KIND_REST, KIND_TOKEN, KIND_WAKE, TokenRing
 from ..control import TAG_REST, TAG_TOKEN, TAG_WAKE
+from . import Policy
 from .fifo import FifoPolicy
 
 _KIND_TAG = {KIND_TOKEN: TAG_TOKEN, KIND_REST: TAG_REST, KIND_WAKE: TAG_WAKE}
 _TAG_KIND = {v: k for k, v in _KIND_TAG.items()}
 
 
-class OrderedPolicy:
+class OrderedPolicy(Policy):
     name = "ordered"
     control_tags = tuple(_TAG_KIND)
     park_seconds = 0.001      # a parked rank may be handed the token: look often
 
     def __init__(self, settings):
+        super().__init__(settings)
         self.ring = None            # TokenRing, made on first use (needs the world rank)
         self.engine = None
         self.unordered: dict = {}   # cid -> task
@@ -58,9 +60,6 @@ class OrderedPolicy:
             ctl = self.engine.control
             self.ring = TokenRing(ctl.rank, ctl.size)
         return self.ring
-
-    def bind(self, engine) -> None:
-        self.engine = engine
 
     def _send(self, msgs) -> None:
         for dest, kind, payload in msgs:

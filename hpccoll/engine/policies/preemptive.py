@@ -16,6 +16,12 @@ The walk (who gets the next slot):
   collective whose peers are active holds on longer: approximate gang
   scheduling without a coordinator.
 
+Collectives the MPI library runs itself (the ``mpi`` algorithm row: lane.needs_slot
+False) take no slot at all: once started, MPI progresses them, so a slot would only
+make them yield.  They start as soon as their communicator's previous collective
+started: on the calling thread at issue (``early``, ``adopt``), or here in the walk,
+and are polled on every pass (``detached``).
+
 Why it cannot deadlock, even with one slot: every task gets a slot infinitely
 often (the walk visits all of them), and a slot is never held longer than its
 threshold without progress.  So on every rank every issued collective posts its
@@ -28,20 +34,22 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from . import Policy
 
-class PreemptivePolicy:
+
+class PreemptivePolicy(Policy):
     name = "preemptive"
-    # tiny MPI-row collectives may start on the calling thread (hpccoll/express.py): a
-    # collective waiting on its MPI request would yield its slot here anyway
-    express = True
+    early = True
 
     def __init__(self, settings):
+        super().__init__(settings)
         self.max_active = settings.max_active
         self.spin_threshold = settings.spin_threshold
         self.stickiness = settings.stickiness
         self.head_tries = settings.head_tries
         self.queue: deque = deque()   # unfinished tasks, issue order
         self.active: list = []        # tasks holding a slot
+        self.detached: list = []      # started tasks MPI progresses (no slot)
         self.cursor = 1               # walk position (index into queue) after the head
         self.head = None              # the head task whose streak is counted
         self.head_streak = 0          # consecutive tries the head got
@@ -52,18 +60,24 @@ class PreemptivePolicy:
     def admit(self, task) -> None:
         self.queue.append(task)
 
+    def adopt(self, task) -> None:
+        self.queue.append(task)
+        self.detached.append(task)
+
     def live(self) -> list:
         return list(self.queue)
 
     def remove(self, task) -> None:
         if task in self.active:
             self.active.remove(task)
+        elif task in self.detached:
+            self.detached.remove(task)
         if task in self.queue:
             self.queue.remove(task)
 
     # -- one scheduling pass -----------------------------------------------------------
     def step(self, engine) -> bool:
-        progressed = False
+        progressed = engine.poll_each(self.detached) if self.detached else False
         for task in tuple(self.active):
             if task.finished:
                 continue
@@ -102,6 +116,12 @@ class PreemptivePolicy:
         self.hot = self.fruitless <= len(self.queue) + self.head_tries
 
     def _try(self, engine, task) -> None:
+        if not task.lane.needs_slot:      # MPI runs it: start it, no slot, no try
+            self.detached.append(task)
+            engine.launch(task)
+            if task.finished:
+                engine.retire(task)
+            return
         task.tries += 1
         task.spins = 0
         task.made_progress = False
@@ -115,6 +135,9 @@ class PreemptivePolicy:
             if task.finished:
                 engine.retire(task)
 
+    def _busy(self, task) -> bool:
+        return task in self.active or task.t_start is not None and not task.lane.needs_slot
+
     def _next(self):
         """The next task to give a slot to, following the walk; None if all are active."""
         q = self.queue
@@ -123,7 +146,8 @@ class PreemptivePolicy:
         head = q[0]
         if head is not self.head:     # a new head starts a new streak
             self.head, self.head_streak, self.cursor = head, 0, 1
-        if head not in self.active and self.head_streak < self.head_tries and head.startable():
+        busy = self._busy
+        if not busy(head) and self.head_streak < self.head_tries and head.startable():
             self.head_streak += 1
             head.consecutive = self.head_streak
             return head
@@ -132,13 +156,13 @@ class PreemptivePolicy:
             while self.cursor < n:
                 task = q[self.cursor]
                 self.cursor += 1
-                if task not in self.active and task.startable():
+                if not busy(task) and task.startable():
                     task.consecutive = 1
                     return task
             # wrapped: the head gets its streak of tries again
             self.cursor = 1
             self.head_streak = 0
-            if head not in self.active and head.startable():
+            if not busy(head) and head.startable():
                 self.head_streak = 1
                 head.consecutive = 1
                 return head

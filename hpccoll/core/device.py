@@ -1,34 +1,25 @@
-"""Device (CUDA) arrays through the collectives: validation, allocation, streams, and
-how their bytes reach MPI.  Imported only when a collective receives a device array.
+"""Device (CUDA) arrays as collective arguments: recognition, validation and views.
+Imported only when a collective receives a device array.
 
 Accepted: CuPy arrays, Numba device arrays, any object with ``__cuda_array_interface__``
 (v2/v3), and DLPack producers whose ``__dlpack_device__`` is CUDA (through CuPy).  The
-engine works on Numba device-array views of the user's memory (no copy).
+engine works on Numba device-array views of the user's memory (no copy); how their
+bytes reach MPI is hpccoll/transport/staging.py's part.
 
 Stream semantics: a collective first synchronizes the stream named in the array's
 ``__cuda_array_interface__`` (work already queued on the array's stream is finished
 before hpccoll reads it); hpccoll's kernels and copies run on one stream per engine,
 which is synchronized before ``wait()`` returns, so the result is ready then.
-
-Transport: with a CUDA-aware MPI (``MPIX_Query_cuda_support``, or ``cuda_aware="yes"``)
-device memory goes to MPI directly; otherwise each chunk is staged through pinned host
-buffers (device -> host before a send, host -> device after a receive), and the
-pipeline keeps the next chunk's transfer in flight while a chunk is copied.
-
-Under ``NUMBA_ENABLE_CUDASIM=1`` (tests without a GPU) "device" memory is host memory:
-views are the simulator's arrays over it, and the direct path hands MPI host pointers.
 """
 from __future__ import annotations
 
 import ctypes
-import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .buffers import CONTRACT_DTYPES, Buffer, dtype_name
-from .pool import BufferPool
-from .errors import ArgumentError, ArgumentTypeError, HpcCollError
+from ..errors import ArgumentError, ArgumentTypeError, HpcCollError
+from .ops import CONTRACT_DTYPES, dtype_name
 
 DEVICE_DTYPES = tuple(np.dtype(d) for d in CONTRACT_DTYPES)
 
@@ -110,7 +101,20 @@ def _view(obj: Any, cai: dict, dtype: np.dtype, n: int):
     return arr.reshape(n) if arr.ndim != 1 else arr
 
 
-def as_device_buffer(obj: Any, name: str, *, writable: bool = False) -> Buffer:
+class DeviceArray(NamedTuple):
+    """A validated device array: the user's object, a flat Numba view of its memory, its
+    device pointer and the stream its producer named (CAI v3), if any."""
+    obj: Any
+    view: Any
+    ptr: int
+    stream: Any
+
+    @property
+    def nbytes(self) -> int:
+        return self.view.size * np.dtype(self.view.dtype).itemsize
+
+
+def as_device(obj: Any, name: str, *, writable: bool = False) -> DeviceArray:
     cai = _interface(obj, name)
     try:
         dtype = np.dtype(cai["typestr"])
@@ -127,25 +131,24 @@ def as_device_buffer(obj: Any, name: str, *, writable: bool = False) -> Buffer:
         raise ArgumentError(f"{name}: expected a writable device array, got a read-only one")
     n = int(np.prod(shape)) if shape else 1
     stream = cai.get("stream") if cai.get("version", 0) >= 3 else None
-    return Buffer(obj, _view(obj, cai, dtype, n), device=True, ptr=int(ptr or 0), stream=stream)
+    return DeviceArray(obj, _view(obj, cai, dtype, n), int(ptr or 0), stream)
 
 
-def new_device_buffer(like: Buffer, n: int) -> Buffer:
+def new_device_array(like: DeviceArray, n: int) -> DeviceArray:
     """recvbuf=None: an array of the same kind as the input, on the same device."""
-    obj = like.array
-    mod = type(obj).__module__.split(".")[0]
-    if mod == "cupy":
+    obj = like.obj
+    dt = np.dtype(like.view.dtype)
+    if type(obj).__module__.split(".")[0] == "cupy":
         import cupy
         with cupy.cuda.Device(obj.device.id):
-            out = cupy.empty(n, dtype=like.dtype)
-        return as_device_buffer(out, "recvbuf", writable=True)
-    out = _cuda().device_array(n, dtype=like.dtype)
-    return as_device_buffer(out, "recvbuf", writable=True)
+            out = cupy.empty(n, dtype=dt)
+    else:
+        out = _cuda().device_array(n, dtype=dt)
+    return as_device(out, "recvbuf", writable=True)
 
 
-def wait_for_stream(buf: Buffer) -> None:
-    """Finish work queued on the array's own stream before reading it (CAI v3)."""
-    handle = buf.stream
+def wait_for_stream(handle) -> None:
+    """Finish work queued on an array's own stream before reading it (CAI v3)."""
     if handle in (None, 0) or simulated():
         return
     cuda = _cuda()
@@ -153,53 +156,3 @@ def wait_for_stream(buf: Buffer) -> None:
         cuda.default_stream().synchronize()
     else:
         cuda.external_stream(handle).synchronize()
-
-
-# -- MPI ------------------------------------------------------------------------------------
-_AWARE = None
-
-
-def mpi_cuda_aware() -> bool:
-    """MPIX_Query_cuda_support() of the MPI library mpi4py is linked to (0 if unknown)."""
-    global _AWARE
-    if _AWARE is None:
-        from mpi4py import MPI
-        try:
-            fn = getattr(ctypes.CDLL(MPI.__file__), "MPIX_Query_cuda_support", None)
-            _AWARE = bool(fn()) if fn is not None else False
-        except OSError:
-            _AWARE = False
-    return _AWARE
-
-
-def mpi_view(dev) -> Any:
-    """What to hand MPI for a device region on the direct (CUDA-aware) path."""
-    if type(dev).__name__ == "FakeCUDAArray":
-        return dev._ary.view(np.uint8)
-    from mpi4py import MPI
-    return [dev, MPI.BYTE]
-
-
-def _pinned(nbytes: int):
-    return _cuda().pinned_array(nbytes, dtype=np.uint8)
-
-
-# pinned host buffers for the staged path, reused by size class
-STAGING = BufferPool(_pinned)
-_STREAM = []
-_STREAM_LOCK = threading.Lock()
-
-
-def engine_stream():
-    """hpccoll's stream: one per process, used by whichever thread drives the engine, so a
-    collective's kernels and copies stay ordered whichever thread launched them."""
-    if not _STREAM:
-        with _STREAM_LOCK:
-            if not _STREAM:
-                _STREAM.append(_cuda().stream())
-    return _STREAM[0]
-
-
-def empty(n: int, dtype) -> Any:
-    """Device scratch memory."""
-    return _cuda().device_array(max(0, n), dtype=dtype)

@@ -1,10 +1,9 @@
 """Work: the handle a nonblocking collective returns."""
 from __future__ import annotations
 
-import sys
 import threading
 
-from .errors import WaitTimeout
+from ..errors import WaitTimeout
 
 _LOCK = threading.Lock()   # guards completion vs. callback registration of every Work
 
@@ -24,7 +23,7 @@ class Work:
         self._engine = engine
         self._result = None
         self._error = None
-        self._callbacks: list = []
+        self._callbacks = None
 
     def wait(self, timeout: float | None = None):
         """The result buffer (recvbuf, or the array allocated for it).  Raises the
@@ -52,10 +51,12 @@ class Work:
 
     def add_done_callback(self, fn) -> None:
         """Call ``fn(work)`` once, on completion: at once if already complete, else on the
-        thread that completes it (the engine thread, or a thread in wait()); fn must not
-        block."""
+        thread that completes it (the engine thread, or a thread in wait()), after it let
+        go of the engine: fn may issue collectives and wait for them."""
         with _LOCK:
             if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = []
                 self._callbacks.append(fn)
                 self._engine.wake.set()    # nobody may wait: the daemon must run it
                 return
@@ -67,22 +68,20 @@ class Work:
         if t is None:
             return {}
         return {"algo": t.program.algo, "polls": t.polls, "tries": t.tries, "yields": t.yields,
-                "yields_progress": t.yields_progress, "waits": t.data.waits_done,
+                "yields_progress": t.yields_progress, "waits": t.lane.waits_done,
                 "t_issue": t.t_issue, "t_start": t.t_start, "t_end": t.t_end,
                 "queued_s": (t.t_start - t.t_issue) if t.t_start else None,
                 "running_s": (t.t_end - t.t_start) if t.t_end and t.t_start else None}
 
-    def _finish(self, task) -> None:
+    def _finish(self, task) -> list:
+        """The collective completed: keep its result or error; returns the callbacks, which
+        the engine runs once it let go of its lock."""
         with _LOCK:
             self._error = task.error
             self._result = task.result if task.error is None else None
             self._done = True
-            callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            try:
-                fn(self)
-            except Exception as exc:  # like concurrent.futures: report, never kill the engine
-                print(f"hpccoll: exception in done-callback {fn!r}: {exc!r}", file=sys.stderr)
+            callbacks, self._callbacks = self._callbacks, None
+        return callbacks
 
     def __repr__(self) -> str:
         state = "done" if self._done else "pending"

@@ -1,27 +1,25 @@
-"""The public API: init, Context, Communicator."""
+"""The Context (hpccoll's state on one rank) and ``init``."""
 from __future__ import annotations
 
 import atexit
 import os
 import sys
-import threading
 import time
 import weakref
 from typing import Any, Optional
 
 import numpy as np
 
-from . import collectives, submit
-from .config import Settings, resolve
-from .errors import ArgumentError, ArgumentTypeError, ContextClosed, HpcCollError
-from .work import Work
+from ..config import Settings, resolve
+from ..errors import ArgumentError, ArgumentTypeError, ContextClosed, HpcCollError
+from .communicator import Communicator
 
 # yield_polls on an oversubscribed node (4 ranks on 2 cores, an 8 B allreduce: 1,000 yields
 # and no cap were alike, 340-350 us; sleeping from the first fruitless poll, 730-850 us)
 OVERSUBSCRIBED_YIELDS = 1000
 
 
-def _mpi():
+def mpi():
     """Import mpi4py with MPI_THREAD_MULTIPLE: the engine thread and the application
     thread both call MPI (p2p on the engine, dup/split on the application)."""
     import mpi4py
@@ -41,158 +39,9 @@ def _mpi():
     return MPI
 
 
-class Communicator:
-    """A group of ranks that collectives run on.  Every method that communicates returns
-    a ``Work`` at once; nothing blocks except ``dup``/``split``/``free`` (collective)."""
-
-    def __init__(self, ctx: "Context", mpi_comm, name: str, uid: str):
-        MPI = ctx._MPI
-        self._ctx = ctx
-        self.name = name
-        self.uid = uid
-        self.broken: Optional[BaseException] = None
-        self._lock = threading.Lock()
-        self._seq = 0
-        self._children = 0
-        self._live_keys: dict = {}
-        self._key_uses: dict = {}      # key -> how many times it was issued (ordered policy)
-        self._last_ordered = None      # the last order-matched task (start order, see Task.prev)
-        from .pool import BufferPool
-        self._pool = BufferPool()      # scratch space, reused by the collectives
-        self._freed = False
-        self._express = None
-        if mpi_comm == MPI.COMM_NULL:
-            self._mpi = None
-            self.rank, self.size, self.world_ranks = -1, 0, ()
-            return
-        self._mpi = mpi_comm
-        self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
-        world_group = ctx._ctl.Get_group()
-        group = mpi_comm.Get_group()
-        self.world_ranks = tuple(MPI.Group.Translate_ranks(group, list(range(self.size)), world_group))
-        group.Free()
-        world_group.Free()
-        # private duplicates: one for order-matched collectives, one for keyed ones
-        self._data = mpi_comm.Dup()
-        self._keyed = mpi_comm.Dup()
-        from .transport import shm
-        self._shm = shm.create(mpi_comm, self.world_ranks, ctx.settings)
-        ub = ctx._ctl.Get_attr(MPI.TAG_UB) or 32767
-        self._tag_space = max(2, (int(ub) + 1) // 2)
-        ctx._register(self)
-        from .express import Express
-        self._express = Express(self)
-
-    def __repr__(self) -> str:
-        return f"<hpccoll.Communicator {self.name!r} rank {self.rank} of {self.size}>"
-
-    # -- structure (collective over this communicator, on the calling thread) ----------
-    def _check(self) -> None:
-        self._ctx._check_open()
-        if self._mpi is None:
-            raise ArgumentError(f"this rank (world rank {self._ctx.rank}) is not a member of "
-                                f"communicator {self.name!r}")
-        if self._freed:
-            raise ContextClosed(f"communicator {self.name!r} was freed")
-        if self.broken is not None:
-            raise ContextClosed(f"communicator {self.name!r} is unusable after: {self.broken}") \
-                from self.broken
-
-    def dup(self, name: Optional[str] = None) -> "Communicator":
-        self._check()
-        self._children += 1
-        uid = f"{self.uid}/d{self._children}"
-        return Communicator(self._ctx, self._mpi.Dup(), name or f"{self.name}.dup{self._children}", uid)
-
-    def split(self, color: Optional[int], key: int = 0, name: Optional[str] = None):
-        """Like MPI_Comm_split; ranks passing color=None get None."""
-        self._check()
-        MPI = self._ctx._MPI
-        if color is not None and (isinstance(color, bool) or not isinstance(color, (int, np.integer))
-                                  or color < 0):
-            raise ArgumentError(f"color: expected a non-negative integer or None, got {color!r}")
-        self._children += 1
-        newcomm = self._mpi.Split(MPI.UNDEFINED if color is None else int(color), int(key))
-        if color is None:
-            return None
-        uid = f"{self.uid}/s{self._children}:{int(color)}"
-        return Communicator(self._ctx, newcomm,
-                            name or f"{self.name}.split{self._children}:{int(color)}", uid)
-
-    def free(self) -> None:
-        """Release this communicator's MPI resources (collective); later calls raise."""
-        if self._freed or self._mpi is None:
-            return
-        self._freed = True
-        self._ctx._unregister(self)
-        self._free_mpi()
-
-    def _free_mpi(self) -> None:
-        if getattr(self, "_shm", None):
-            self._shm["area"].free()
-            self._shm = None
-        for c in (self._data, self._keyed, self._mpi):
-            try:
-                c.Free()
-            except Exception:
-                pass
-
-    # -- collectives ---------------------------------------------------------------------
-    def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
-        if key is None and blocks is None and self._express is not None:
-            work = self._express.allreduce(sendbuf, recvbuf, op)
-            if work is not None:
-                return work
-        self._check()
-        return self._submit(collectives.allreduce(self, sendbuf, recvbuf, op), key, blocks)
-
-    def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None, blocks=None) -> Work:
-        self._check()
-        return self._submit(collectives.reduce(self, sendbuf, recvbuf, op, root), key, blocks)
-
-    def broadcast(self, buf, root=0, key=None, blocks=None) -> Work:
-        if key is None and blocks is None and self._express is not None:
-            work = self._express.broadcast(buf, root)
-            if work is not None:
-                return work
-        self._check()
-        return self._submit(collectives.broadcast(self, buf, root), key, blocks)
-
-    def allgather(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
-        if key is None and blocks is None and self._express is not None:
-            work = self._express.allgather(sendbuf, recvbuf)
-            if work is not None:
-                return work
-        self._check()
-        return self._submit(collectives.allgather(self, sendbuf, recvbuf), key, blocks)
-
-    def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
-        self._check()
-        return self._submit(collectives.reduce_scatter(self, sendbuf, recvbuf, op), key, blocks)
-
-    def alltoall(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
-        if key is None and blocks is None and self._express is not None:
-            work = self._express.alltoall(sendbuf, recvbuf)
-            if work is not None:
-                return work
-        self._check()
-        return self._submit(collectives.alltoall(self, sendbuf, recvbuf), key, blocks)
-
-    def barrier(self, key=None) -> Work:
-        if key is None and self._express is not None:
-            work = self._express.barrier()
-            if work is not None:
-                return work
-        self._check()
-        return self._submit(collectives.barrier(self), key, None)
-
-    def _submit(self, call: collectives.Call, key: Optional[str], blocks) -> Work:
-        return submit.submit(self, call, key, blocks)
-
-    def _retire(self, task) -> None:
-        if task.key is not None:
-            with self._lock:
-                self._live_keys.pop(task.key, None)
+def _persistent_collectives(MPI) -> bool:
+    """MPI-4 persistent collectives (``Allreduce_init`` and friends) in mpi4py and MPI."""
+    return hasattr(MPI.Comm, "Allreduce_init") and MPI.Get_version() >= (4, 0)
 
 
 class Context:
@@ -200,10 +49,8 @@ class Context:
     communicator and every Communicator.  Use as a context manager or call close()."""
 
     def __init__(self, comm=None, settings: Optional[Settings] = None):
-        MPI = _mpi()
+        MPI = mpi()
         self._MPI = MPI
-        from .engine.task import Task   # imports mpi4py.MPI: only once MPI is initialised
-        self._Task = Task
         self.settings = settings or resolve()
         base = MPI.COMM_WORLD if comm is None else comm
         if base == MPI.COMM_NULL:
@@ -214,10 +61,12 @@ class Context:
         self._node_index: dict = {}
         self._epoch = time.time() - time.monotonic()   # monotonic -> wall clock, for traces
         self._comms: list = []
+        self._by_uid: dict = {}
+        self.persistent_ok = _persistent_collectives(MPI)
         self._ctl = base.Dup()
         self.rank, self.size = self._ctl.Get_rank(), self._ctl.Get_size()
         self._meet_node()
-        from .engine import Engine
+        from ..engine import Engine
         self._engine = Engine(self, self.settings, self._ctl)
         self.world = Communicator(self, base.Dup(), "world", "w")
         _OPEN.add(self)
@@ -228,7 +77,7 @@ class Context:
         needs to make the progress it waits for: then waiters do not spin (``spin_polls``
         0) but hand the CPU over (``yield_polls`` 1000, then sleep), unless those settings
         were set explicitly."""
-        from .transport import shm
+        from ..transport import shm
         self._node = shm.node_comm(self._ctl, list(range(self.size)), None)
         try:
             cpus = frozenset(os.sched_getaffinity(0))
@@ -252,8 +101,8 @@ class Context:
     def __enter__(self) -> "Context":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, etype, exc, tb) -> None:
+        self.close(raise_mismatch=etype is None)
 
     @property
     def policy(self) -> str:
@@ -290,7 +139,7 @@ class Context:
         if len(set(sizes)) != 1:
             raise ArgumentError(f"n: registered buffers are symmetric: every rank must allocate "
                                 f"the same size; got {sorted(set(sizes))} bytes on different ranks")
-        from .transport import shm
+        from ..transport import shm
         alloc = shm.Registered(len(self._allocs) + 1, self._node, nbytes)
         self._allocs.append(alloc)
         return alloc.mine[:nbytes].view(dt)
@@ -324,13 +173,22 @@ class Context:
     # -- internals ---------------------------------------------------------------------
     def _register(self, comm: Communicator) -> None:
         self._comms.append(comm)
+        self._by_uid[comm.uid] = comm._state
 
     def _unregister(self, comm: Communicator) -> None:
         if comm in self._comms:
             self._comms.remove(comm)
+        self._by_uid.pop(comm.uid, None)
 
     def _communicators(self) -> list:
         return list(self._comms)
+
+    def _states(self) -> list:
+        """Every live communicator's state, in creation order (the same on every rank)."""
+        return [c._state for c in list(self._comms)]
+
+    def _state_by_uid(self, uid):
+        return self._by_uid.get(uid)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -343,21 +201,31 @@ class Context:
                 "close it and restart the job") from broken
 
     # -- shutdown ----------------------------------------------------------------------
-    def close(self) -> None:
-        """Collective and idempotent: finish pending collectives, stop the engine, wait for
-        the other ranks (up to close_timeout), free every private communicator."""
+    def close(self, raise_mismatch: bool = True) -> None:
+        """Collective and idempotent: finish pending collectives, compare every
+        communicator's mismatch digest one last time, stop the engine, wait for the other
+        ranks (up to close_timeout), free every private communicator.  A mismatch found
+        there is printed on every rank and raised (``raise_mismatch``) once all is freed."""
         if self._closed:
             return
         self._closed = True
         _OPEN.discard(self)
         engine = self._engine
         deadline = time.monotonic() + self.settings.close_timeout
+        abandoned = False
         while engine.pending() and engine.broken is None:
             if time.monotonic() > deadline:
                 print(f"hpccoll: rank {self.rank}: close() abandons {engine.pending()} collective(s) "
                       f"still pending after {self.settings.close_timeout:g} s", file=sys.stderr)
+                abandoned = True
                 break
             time.sleep(0.001)
+        mismatches = []
+        if not abandoned and engine.broken is None and self.settings.check_mismatch == "deferred":
+            from ..engine.crosscheck import final_check
+            mismatches = final_check(self._states(), deadline)
+            for exc in mismatches:
+                print(f"hpccoll: rank {self.rank}: {exc}", file=sys.stderr, flush=True)
         # wait for the other ranks with the engine still running: it keeps answering their
         # watchdog report requests (a rank whose timeout fired a moment later than ours)
         healthy = engine.broken is None
@@ -375,14 +243,16 @@ class Context:
             time.sleep(0.0005)
         engine.stop()
         if synced:
-            for c in self._comms:
-                c._free_mpi()
+            for st in self._states():
+                st.free_mpi()
             for alloc in self._allocs:
                 alloc.free()
             if self._node is not None:
                 self._node.Free()
         self._comms = []
-        self.world._freed = True
+        self.world._state.freed = True
+        if mismatches and raise_mismatch:
+            raise mismatches[0]
 
     def _abandon(self) -> None:
         """At interpreter exit without close(): stop the engine, nothing collective."""

@@ -1,0 +1,124 @@
+"""The public Communicator: one method per collective, all the same shape (validate the
+arguments into a Call, hand it to the communicator's state to issue), plus dup, split
+and free.  Every method that communicates returns a ``Work`` at once; nothing blocks
+except ``dup``/``split``/``free`` (collective)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..errors import ArgumentError
+from . import validate
+from .state import CommState
+from .work import Work
+
+
+class Communicator:
+    """A group of ranks that collectives run on (its matching state: ``CommState``)."""
+
+    def __init__(self, ctx, mpi_comm, name: str, uid: str):
+        self._ctx = ctx
+        self._state = st = CommState(ctx, mpi_comm, name, uid)
+        self.name, self.uid = name, uid
+        self.rank, self.size, self.world_ranks = st.rank, st.size, st.world_ranks
+        self._children = 0
+        self._blocks = ctx.settings.blocks
+        if st.mpi is not None:
+            ctx._register(self)
+
+    def __repr__(self) -> str:
+        return f"<hpccoll.Communicator {self.name!r} rank {self.rank} of {self.size}>"
+
+    @property
+    def broken(self) -> Optional[BaseException]:
+        """The error that made this communicator unusable, or None."""
+        return self._state.broken
+
+    def _ready(self) -> CommState:
+        st = self._state
+        if st.mpi is None or st.broken is not None or st.freed or st.ctx._closed \
+                or st.engine.broken is not None:
+            st.usable()
+        return st
+
+    def _extras(self, key, blocks):
+        return validate.key_of(key), validate.blocks_of(blocks, self._blocks)
+
+    # -- structure (collective over this communicator, on the calling thread) ----------
+    def dup(self, name: Optional[str] = None) -> "Communicator":
+        st = self._ready()
+        self._children += 1
+        return Communicator(self._ctx, st.mpi.Dup(), name or f"{self.name}.dup{self._children}",
+                            f"{self.uid}/d{self._children}")
+
+    def split(self, color: Optional[int], key: int = 0, name: Optional[str] = None):
+        """Like MPI_Comm_split; ranks passing color=None get None."""
+        st = self._ready()
+        MPI = self._ctx._MPI
+        if color is not None and (isinstance(color, bool) or not isinstance(color, (int, np.integer))
+                                  or color < 0):
+            raise ArgumentError(f"color: expected a non-negative integer or None, got {color!r}")
+        self._children += 1
+        newcomm = st.mpi.Split(MPI.UNDEFINED if color is None else int(color), int(key))
+        if color is None:
+            return None
+        return Communicator(self._ctx, newcomm,
+                            name or f"{self.name}.split{self._children}:{int(color)}",
+                            f"{self.uid}/s{self._children}:{int(color)}")
+
+    def free(self) -> None:
+        """Collective: let this communicator's pending collectives complete, then release
+        its MPI resources; later calls raise ContextClosed."""
+        st = self._state
+        if st.freed or st.mpi is None or self._ctx._closed:
+            return
+        st.freed = True
+        for work in st.pending():
+            try:
+                work.wait()
+            except Exception:     # the collective's own error is its waiter's to see
+                pass
+        self._ctx._unregister(self)
+        st.free_mpi()
+
+    # -- collectives ---------------------------------------------------------------------
+    def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
+        st = self._ready()
+        if key is not None or blocks is not None:
+            key, blocks = self._extras(key, blocks)
+        return st.issue(validate.allreduce(st, sendbuf, recvbuf, op), key,
+                        blocks if blocks is not None else self._blocks)
+
+    def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None, blocks=None) -> Work:
+        st = self._ready()
+        key, blocks = self._extras(key, blocks)
+        return st.issue(validate.reduce(st, sendbuf, recvbuf, op, root), key, blocks)
+
+    def broadcast(self, buf, root=0, key=None, blocks=None) -> Work:
+        st = self._ready()
+        key, blocks = self._extras(key, blocks)
+        return st.issue(validate.broadcast(st, buf, root), key, blocks)
+
+    def allgather(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
+        st = self._ready()
+        key, blocks = self._extras(key, blocks)
+        return st.issue(validate.allgather(st, sendbuf, recvbuf), key, blocks)
+
+    def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
+        st = self._ready()
+        key, blocks = self._extras(key, blocks)
+        return st.issue(validate.reduce_scatter(st, sendbuf, recvbuf, op), key, blocks)
+
+    def alltoall(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
+        st = self._ready()
+        key, blocks = self._extras(key, blocks)
+        return st.issue(validate.alltoall(st, sendbuf, recvbuf), key, blocks)
+
+    def barrier(self, key=None) -> Work:
+        st = self._ready()
+        return st.issue(validate.barrier(st), validate.key_of(key), None)
+
+    def _issue(self, call) -> Work:
+        """A call validated elsewhere (the mpi4py adapter): un-keyed, default blocks."""
+        return self._ready().issue(call, None, self._blocks)

@@ -1,0 +1,242 @@
+"""Plans: everything about a collective that does not change from one call to the next,
+worked out once per call signature and cached by the communicator's state (Horovod's
+response cache, applied per rank).
+
+A signature is the collective, dtype, count, op, root, in-place or not, keyed or not,
+block count, host or device, variable-count layout and, for registered buffers, which
+allocation and offsets.  Its plan holds:
+
+- the algorithm: the first row of ``algorithms.TABLE`` whose predicate holds.  MPI's own
+  nonblocking collective is one of those rows (``mpi``), not a separate path;
+- the program (the step machine, materialized), or for the ``mpi`` row its recipe,
+  with persistent requests for tiny messages (MPI-4 ``*_init``, where MPI has them);
+- the fingerprint (everything but the sequence number) and its hash;
+- how to make the lane of each call (``lane``): which kind, which backend;
+- whether a call may start on the calling thread (``early``: MPI runs it, no slot).
+
+Nothing here blocks, and a plan never changes: a second identical call does no planning.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from .. import algorithms
+from ..algorithms.spec import COLLECTIVES, Spec
+from ..errors import ArgumentError
+from . import mismatch
+from .ops import dtype_code, mpi_native, mpi_op, op_code
+
+PERSISTENT_SLOTS = 4   # persistent requests per plan: identical calls in flight at once
+
+
+class RegisteredCall:
+    """A collective whose send and receive memory both lie in registered allocations:
+    (allocation, byte offset, bytes) for each."""
+
+    def __init__(self, send, recv, dtype, coll, inplace):
+        self.send, self.recv, self.dtype = send, recv, dtype
+        # Peers read my buffers at *their* offsets, so what they read must sit at the same
+        # offset of the same allocation on every rank: that goes into the fingerprint.
+        # (NCCL's in-place views put the other buffer at a rank-dependent offset: not read.)
+        if coll == "allreduce":
+            read = (send, recv)
+        elif coll == "allgather" and inplace:
+            read = (recv,)
+        else:
+            read = (send,)
+        h = 1
+        for alloc, off, _ in read:
+            h = ((h * 1_000_003) ^ (alloc.id << 40) ^ off) & ((1 << 62) - 1)
+        self.fingerprint = h | 1
+        self.key = (send[0].id, send[1], recv[0].id, recv[1])
+
+
+def registered(ctx, call) -> Optional[RegisteredCall]:
+    """Where a host collective's buffers live in registered memory, or None unless both do."""
+    if not ctx._allocs:
+        return None
+    found = []
+    for flat in (call.send, call.recv):
+        address = flat.__array_interface__["data"][0] if flat.size else 0
+        for alloc in ctx._allocs:
+            off = alloc.offset(address, flat.nbytes)
+            if off is not None:
+                found.append((alloc, off, flat.nbytes))
+                break
+        else:
+            return None
+    return RegisteredCall(found[0], found[1], call.send.dtype, call.coll, call.inplace)
+
+
+class MpiRecipe:
+    """The ``mpi`` row's plan: which MPI collective, with which op, root and divisor (avg:
+    contributions divided before MPI sums them), and its persistent requests."""
+    __slots__ = ("kind", "mpi", "mop", "root", "rank", "divisor", "inplace", "slots")
+
+    def __init__(self, kind, mpi_comm, mop, root, rank, divisor, inplace, slots):
+        self.kind, self.mpi, self.mop, self.root, self.rank = kind, mpi_comm, mop, root, rank
+        self.divisor, self.inplace, self.slots = divisor, inplace, slots
+
+
+def _persistent(state, call, nbytes: int) -> tuple:
+    """Persistent requests' staging arrays for a tiny MPI-row collective, or () where MPI
+    has no persistent collectives or the message is larger than ``persistent_bytes``."""
+    from ..engine.lane import Persistent
+    limit = state.ctx.settings.persistent_bytes
+    if not limit or nbytes > limit or not state.ctx.persistent_ok:
+        return ()
+    dt, n, size = call.send.dtype, call.count, state.size
+    shapes = {"allreduce": (n, n), "broadcast": (None, n), "allgather": (n, size * n),
+              "alltoall": (size * n, size * n), "barrier": (None, None)}[call.coll]
+    return tuple(Persistent(*(None if k is None else np.empty(k, dt) for k in shapes))
+                 for _ in range(PERSISTENT_SLOTS))
+
+
+class Plan:
+    __slots__ = ("coll", "dtype", "count", "op", "root", "inplace", "algo", "program", "spec",
+                 "nbytes", "fp", "fp_hash", "recipe", "early", "shared", "registered", "backend",
+                 "blocks", "device", "uses", "inline")
+
+    def lane(self, state, call, tag, mpi_comm):
+        """The lane of one call (engine/lane.py); the caller holds the state's lock."""
+        recipe = self.recipe
+        if recipe is not None:
+            slot = None
+            if recipe.slots:
+                slot = recipe.slots[self.uses % len(recipe.slots)]
+                self.uses += 1
+            return _lanes.MpiLane(recipe, call.send, call.recv, slot)
+        if self.device:
+            return _device_lane(self, state, call, tag, mpi_comm)
+        program = self.program
+        dt = self.dtype
+        ops = _host_ops(self.blocks)
+        raw = state.pool.get(program.scratch * dt.itemsize) if program.scratch else None
+        scratch = raw[:program.scratch * dt.itemsize].view(dt) if raw is not None else _NO_SCRATCH
+        lane = _lanes.ProgramLane(program, [call.send, call.recv, scratch], self.op, mpi_comm,
+                                 tag, ops)
+        lane.pool, lane._pooled = state.pool, raw
+        if self.shared:
+            # epochs follow issue order on the communicator: the same on every rank
+            area = state.shm["area"]
+            lane.shm = _shm_runtime(state, area.epoch, self.registered if self.spec.registered
+                                    else None)
+            area.epoch += program.epochs
+        return lane
+
+
+_NO_SCRATCH = np.empty(0, np.uint8)
+_lanes = None     # hpccoll.engine.lane, once the first plan is made
+
+
+def _host_ops(blocks):
+    from ..engine.reduction import CpuKernelOps, HostOps
+    return HostOps if blocks is None else CpuKernelOps(blocks)
+
+
+def _shm_runtime(state, base, reg):
+    """Run-time state of a shared-memory collective: peers' registered buffers are the
+    same offsets of their own segments (allocations are symmetric)."""
+    from ..engine.lane import Shm
+    shm = state.shm
+    peer_send = peer_recv = None
+    if reg is not None:
+        ctx = state.ctx
+        nodes = [ctx._node_index[state.world_ranks[c]] for c in shm["local"]]
+        (sa, so, sn), (ra, ro, rn) = reg.send, reg.recv
+        peer_send = [sa.segs[i][so:so + sn].view(reg.dtype) for i in nodes]
+        peer_recv = [ra.segs[i][ro:ro + rn].view(reg.dtype) for i in nodes]
+    return Shm(shm["area"], base, shm["local"], peer_send, peer_recv)
+
+
+def _device_lane(plan, state, call, tag, mpi_comm):
+    """Device arrays: CUDA kernels with the plan's blocks, on hpccoll's stream, after the
+    arrays' own streams finished their queued work."""
+    from ..engine.lane import DeviceLane
+    from ..engine.reduction import CudaOps
+    from ..transport import staging
+    from . import device
+    s = state.ctx.settings
+    sdev, rdev = call.device
+    device.wait_for_stream(sdev.stream)
+    if rdev.obj is not sdev.obj:
+        device.wait_for_stream(rdev.stream)
+    direct = {"yes": True, "no": False}.get(s.cuda_aware)
+    if direct is None:
+        direct = staging.mpi_cuda_aware()
+    scratch = staging.empty(plan.program.scratch, plan.dtype)
+    return DeviceLane(plan.program, [call.send, call.recv, scratch], plan.op, mpi_comm, tag,
+                      CudaOps(plan.blocks, s.threads_per_block), direct)
+
+
+def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[RegisteredCall]) -> Plan:
+    """Work out the plan of a call signature (once: the state caches it)."""
+    global _lanes
+    from ..engine import lane as _lanes     # imports mpi4py.MPI: only once MPI is initialised
+    ctx = state.ctx
+    s = ctx.settings
+    dt = call.send.dtype
+    itemsize = dt.itemsize
+    coll, size = call.coll, state.size
+    nbytes = algorithms.message_bytes(coll, call.count, size, itemsize)
+    on_device = call.device is not None
+    shm = state.shm if not keyed and not on_device else None
+    layout = ""
+    if shm:
+        layout = "flat" if len(shm["local"]) == size else ("hier" if shm["cross"] else "")
+    native = not keyed and not on_device and mpi_native(call.op, dt)
+    choice = algorithms.Choice(nbytes, s.small_msg_bytes, layout, s.shm_min_bytes,
+                               reg is not None, s.mpi_coll_bytes, native)
+    algo = algorithms.select(coll, choice)
+    shared = algo in algorithms.SHM_ALGOS
+    chunk = max(1, (s.shm_slot_bytes if shared else s.chunk_bytes) // itemsize)
+    spec = Spec(coll, state.rank, size, call.count, chunk=chunk, depth=s.pipeline_depth,
+                root=call.root, avg=call.op == "avg", inplace=call.inplace, slots=s.shm_slots,
+                registered=shared and reg is not None,
+                local=shm["local"] if shared else (), cross=(shm["cross"] or ()) if shared else (),
+                **dict(call.layout))
+    plan = Plan()
+    plan.coll, plan.dtype, plan.count, plan.op, plan.root = coll, dt, call.count, call.op, call.root
+    plan.inplace, plan.algo, plan.spec, plan.nbytes = call.inplace, algo, spec, nbytes
+    plan.program = algorithms.build(spec, algo)
+    plan.shared, plan.registered, plan.device = shared, reg, on_device
+    plan.uses = 0
+    plan.inline = nbytes <= s.inline_bytes
+    count = call.count if call.fp_count is None else call.fp_count
+    plan.fp = (COLLECTIVES.index(coll) + 1, dtype_code(dt), count, call.root, op_code(call.op),
+               0,
+               # only where peers read my buffers does it matter where they live
+               reg.fingerprint if spec.registered else 0,
+               algorithms.ALGO_CODES[algo])
+    plan.fp_hash = mismatch.fp_hash(plan.fp)
+    plan.recipe = None
+    if algo == "mpi":
+        divisor = size if call.op == "avg" and size > 1 else 0
+        plan.recipe = MpiRecipe(coll, state.data, mpi_op(call.op) if call.op else None,
+                                call.root, state.rank, divisor, call.inplace,
+                                _persistent(state, call, nbytes))
+        plan.backend = "mpi"
+    elif on_device:
+        from numba_kernels import cuda as kernels
+        if blocks is None:
+            cap = s.max_blocks or 2 * kernels.multiprocessors()
+            blocks = kernels.default_blocks(min(call.count * max(1, size), spec.chunk),
+                                            s.threads_per_block, cap)
+        kernels.prepare(call.op, dt)
+        plan.backend = "numba-cuda"
+    elif blocks is not None:
+        from numba_kernels import cpu
+        if blocks > cpu.max_threads():
+            raise ArgumentError(f"blocks: at most {cpu.max_threads()} CPU threads on this machine "
+                                f"(NUMBA_NUM_THREADS), got {blocks}")
+        if call.op is not None:
+            cpu.prepare(call.op, dt)      # compiled here, on the calling thread, never inside
+        plan.backend = "numba-cpu"
+    else:
+        plan.backend = "numpy"
+    plan.blocks = blocks
+    # MPI runs it: no execution slot, so it may start at once on the calling thread
+    plan.early = plan.recipe is not None
+    return plan

@@ -1,0 +1,376 @@
+"""Every collective's arguments, checked once and turned into a ``Call``.
+
+One function per collective, all the same shape: check the arrays and the other
+arguments, decide in place or not, allocate the result if asked to, return a Call.
+Nothing is queued here: a bad argument raises before the engine sees anything, with an
+error that names the argument and says what was expected.  A Call is trusted from then
+on: the plan and the issue stages never check it again (the mpi4py adapter builds Calls
+from arguments it parsed itself, through ``trusted``).
+
+Host arrays take a short path (an exact ``numpy.ndarray``, C-contiguous and aligned, of
+a dtype of the table in core/ops.py); device arrays (CuPy, Numba, CUDA array interface,
+DLPack) go through core/device.py.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..errors import ArgumentError, ArgumentTypeError
+from .ops import DTYPE_CODE, DTYPES, check_op, dtype_name
+
+_C_ALIGNED = 0x1 | 0x100     # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
+_WRITEABLE = 0x400           # NPY_ARRAY_WRITEABLE
+_NOT_ARRAYS = (list, tuple, str, bytes, int, float)
+ALLTOALLV_FP = -1            # alltoallv has no count that every rank shares
+
+
+class Call:
+    """A validated collective: flat 1-D views of the send and receive memory (NumPy
+    arrays, or Numba device views), the contract's count n, and what wait() returns."""
+    __slots__ = ("coll", "send", "recv", "count", "op", "root", "inplace", "result",
+                 "device", "layout", "fp_count")
+
+    def __init__(self, coll, send, recv, count, op, root, inplace, result, device=None,
+                 layout=(), fp_count=None):
+        self.coll, self.send, self.recv, self.count = coll, send, recv, count
+        self.op, self.root, self.inplace, self.result = op, root, inplace, result
+        self.device = device        # None (host), or (send DeviceArray, recv DeviceArray)
+        self.layout = layout        # variable counts: extra Spec fields as (name, value) pairs
+        self.fp_count = fp_count    # what the mismatch check compares instead of count
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.send.dtype)
+
+
+trusted = Call      # the adapter's calls, parsed and checked by the adapter itself
+
+
+# -- arrays ---------------------------------------------------------------------------------
+def _bad_host(x: np.ndarray, name: str, writable: bool):
+    if x.dtype not in DTYPE_CODE:
+        raise ArgumentTypeError(
+            f"{name}: dtype {x.dtype} is not supported; expected one of {', '.join(DTYPES)}")
+    if not x.flags.c_contiguous:
+        raise ArgumentError(f"{name}: expected a C-contiguous array (use numpy.ascontiguousarray)")
+    if not x.flags.aligned:
+        raise ArgumentError(f"{name}: expected an array aligned to its dtype's size "
+                            f"({x.dtype.itemsize} bytes); this one starts at an odd address "
+                            "(numpy.frombuffer with an offset?): pass a copy (x.copy())")
+    raise ArgumentError(f"{name}: expected a writable array, got a read-only one")
+
+
+def array(x: Any, name: str, writable: bool = False):
+    """(flat 1-D view, DeviceArray or None) of an array argument."""
+    if isinstance(x, np.ndarray):
+        flags = x.flags.num
+        if (flags & _C_ALIGNED != _C_ALIGNED or x.dtype not in DTYPE_CODE
+                or (writable and not flags & _WRITEABLE)):
+            _bad_host(x, name, writable)
+        return (x if x.ndim == 1 else x.reshape(-1)), None
+    if x is not None and not isinstance(x, _NOT_ARRAYS):
+        from . import device     # CUDA support is imported only when it is needed
+        if device.is_device_array(x):
+            d = device.as_device(x, name, writable=writable)
+            return d.view, d
+    raise ArgumentTypeError(f"{name}: expected a numpy.ndarray or a device array (CuPy, "
+                            f"__cuda_array_interface__), got {type(x).__name__}")
+
+
+def _address(flat, dev) -> int:
+    if dev is not None:
+        return dev.ptr
+    return flat.__array_interface__["data"][0] if flat.size else 0
+
+
+def _overlap(a, b, da, db) -> bool:
+    """Whether two arguments' memory overlaps."""
+    if da is not None or db is not None:
+        if da is None or db is None or not a.size or not b.size:
+            return False
+        return da.ptr < db.ptr + db.nbytes and db.ptr < da.ptr + da.nbytes
+    if a.base is None and b.base is None and a is not b:
+        return False          # two arrays that own their memory
+    return a.size > 0 and b.size > 0 and np.may_share_memory(a, b)
+
+
+def _same(a, b, da, db) -> bool:
+    """The same memory (the in-place form written with two array objects)."""
+    return (_overlap(a, b, da, db) and _address(a, da) == _address(b, db)
+            and a.size == b.size)
+
+
+def _new(n: int, flat, dev):
+    """recvbuf=None: a new 1-D array of the input's dtype, on the input's device."""
+    if dev is None:
+        out = np.empty(n, flat.dtype)
+        return out, None, out
+    from . import device
+    d = device.new_device_array(dev, n)
+    return d.view, d, d.obj
+
+
+def _recvbuf(recvbuf, expected: int, dt, what: str, sdev):
+    r, rdev = array(recvbuf, "recvbuf", writable=True)
+    if (rdev is None) != (sdev is None):
+        where = ("a device array", "on the host") if sdev is not None else ("on the host",
+                                                                             "a device array")
+        raise ArgumentTypeError(f"recvbuf: sendbuf is {where[0]} but recvbuf is {where[1]}; "
+                                "both must be on the same device")
+    if r.dtype != dt:
+        raise ArgumentTypeError(
+            f"recvbuf: dtype {dtype_name(r.dtype)} differs from sendbuf's {dtype_name(dt)}")
+    if r.size != expected:
+        raise ArgumentError(f"recvbuf: expected {expected} elements ({what}), got {r.size}")
+    return r, rdev
+
+
+def _devices(sdev, rdev):
+    return None if sdev is None else (sdev, rdev)
+
+
+def _output(sendbuf, s, sdev, recvbuf, expected: int, what: str):
+    """(recv view, its DeviceArray, result, inplace) for outputs of ``expected`` elements."""
+    if recvbuf is None:
+        r, rdev, result = _new(expected, s, sdev)
+        return r, rdev, result, False
+    if recvbuf is sendbuf:
+        if sdev is None and not sendbuf.flags.writeable:
+            raise ArgumentError("recvbuf: expected a writable array, got a read-only one")
+        if s.size != expected:
+            raise ArgumentError(f"recvbuf: expected {expected} elements ({what}), got {s.size}")
+        return s, sdev, recvbuf, True
+    r, rdev = _recvbuf(recvbuf, expected, s.dtype, what, sdev)
+    if _overlap(s, r, sdev, rdev):
+        if _same(s, r, sdev, rdev):
+            return r, rdev, recvbuf, True
+        raise ArgumentError("recvbuf: overlaps sendbuf without being the same buffer "
+                            "(pass the same array for in-place operation)")
+    return r, rdev, recvbuf, False
+
+
+def root_of(root: Any, size: int) -> int:
+    if root.__class__ is int and 0 <= root < size:
+        return root
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
+        raise ArgumentError(f"root: expected an integer in [0, {size}), got {root!r}")
+    return int(root)
+
+
+def key_of(key: Any) -> Optional[str]:
+    if key is not None and key.__class__ is not str and not isinstance(key, str):
+        raise ArgumentTypeError(f"key: expected a str or None, got {type(key).__name__}")
+    return key
+
+
+def blocks_of(blocks: Any, default: Optional[int]) -> Optional[int]:
+    if blocks is None:
+        return default
+    if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)) or blocks < 1:
+        raise ArgumentError(f"blocks: expected a positive integer or None, got {blocks!r}")
+    return int(blocks)
+
+
+def _sub(flat, dev, start: int, n: int):
+    """Elements [start, start+n) of an argument, with its device record."""
+    view = flat[start:start + n]
+    if dev is None:
+        return view, None
+    return view, dev._replace(view=view, ptr=dev.ptr + start * np.dtype(flat.dtype).itemsize)
+
+
+# -- the collectives ----------------------------------------------------------------------------
+def allreduce(comm, sendbuf, recvbuf, op) -> Call:
+    s, sdev = array(sendbuf, "sendbuf")
+    op = check_op(op, s.dtype)
+    r, rdev, result, inplace = _output(sendbuf, s, sdev, recvbuf, s.size,
+                                       "the same count as sendbuf")
+    return Call("allreduce", s, r, s.size, op, 0, inplace, result, _devices(sdev, rdev))
+
+
+def reduce(comm, sendbuf, recvbuf, op, root) -> Call:
+    root = root_of(root, comm.size)
+    s, sdev = array(sendbuf, "sendbuf")
+    op = check_op(op, s.dtype)
+    r, rdev, result, inplace = _output(sendbuf, s, sdev, recvbuf, s.size,
+                                       "the same count as sendbuf")
+    return Call("reduce", s, r, s.size, op, root, inplace, result, _devices(sdev, rdev))
+
+
+def broadcast(comm, buf, root) -> Call:
+    root = root_of(root, comm.size)
+    b, dev = array(buf, "buf", writable=comm.rank != root)
+    return Call("broadcast", b, b, b.size, None, root, True, buf, _devices(dev, dev))
+
+
+def allgather(comm, sendbuf, recvbuf) -> Call:
+    size, rank = comm.size, comm.rank
+    s, sdev = array(sendbuf, "sendbuf")
+    if recvbuf is not None and recvbuf is sendbuf:
+        # in place, the same array: size*n elements, this rank's contribution in block rank
+        if s.size % size:
+            raise ArgumentError(f"sendbuf: in-place allgather needs size*n elements "
+                                f"(size={size}), got {s.size}")
+        r, rdev = array(recvbuf, "recvbuf", writable=True)
+        m = s.size // size
+        mine, mdev = _sub(r, rdev, rank * m, m)
+        return Call("allgather", mine, r, m, None, 0, True, recvbuf, _devices(mdev, rdev))
+    m = s.size
+    if recvbuf is None:
+        r, rdev, result = _new(size * m, s, sdev)
+        return Call("allgather", s, r, m, None, 0, False, result, _devices(sdev, rdev))
+    r, rdev = _recvbuf(recvbuf, size * m, s.dtype, f"size*n = {size}*{m}", sdev)
+    if _overlap(s, r, sdev, rdev):
+        # NCCL's in-place form: sendbuf is block `rank` of recvbuf
+        if _address(s, sdev) == _address(r, rdev) + rank * m * s.dtype.itemsize:
+            return Call("allgather", s, r, m, None, 0, True, recvbuf, _devices(sdev, rdev))
+        raise ArgumentError("recvbuf: overlaps sendbuf; for in-place allgather sendbuf must be "
+                            f"block {rank} of recvbuf, or pass the same array twice")
+    return Call("allgather", s, r, m, None, 0, False, recvbuf, _devices(sdev, rdev))
+
+
+def reduce_scatter(comm, sendbuf, recvbuf, op) -> Call:
+    size, rank = comm.size, comm.rank
+    s, sdev = array(sendbuf, "sendbuf")
+    op = check_op(op, s.dtype)
+    if s.size % size:
+        raise ArgumentError(f"sendbuf: expected size*n elements (size={size}), got {s.size}, "
+                            f"which is not a multiple of {size}")
+    m = s.size // size
+    if recvbuf is not None and recvbuf is sendbuf:
+        # in place, the same array: this rank's block of it receives the result
+        array(recvbuf, "recvbuf", writable=True)
+        r, rdev = _sub(s, sdev, rank * m, m)
+        return Call("reduce_scatter", s, r, m, op, 0, True, recvbuf, _devices(sdev, rdev))
+    if recvbuf is None:
+        r, rdev, result = _new(m, s, sdev)
+        return Call("reduce_scatter", s, r, m, op, 0, False, result, _devices(sdev, rdev))
+    r, rdev = _recvbuf(recvbuf, m, s.dtype, f"sendbuf's size / {size}", sdev)
+    if _overlap(s, r, sdev, rdev):
+        if _address(r, rdev) == _address(s, sdev) + rank * m * s.dtype.itemsize:
+            return Call("reduce_scatter", s, r, m, op, 0, True, recvbuf, _devices(sdev, rdev))
+        raise ArgumentError("recvbuf: overlaps sendbuf; for in-place reduce_scatter recvbuf must be "
+                            f"block {rank} of sendbuf, or pass the same array twice")
+    return Call("reduce_scatter", s, r, m, op, 0, False, recvbuf, _devices(sdev, rdev))
+
+
+def alltoall(comm, sendbuf, recvbuf) -> Call:
+    size = comm.size
+    s, sdev = array(sendbuf, "sendbuf")
+    if s.size % size:
+        raise ArgumentError(f"sendbuf: expected size*n elements (size={size}), got {s.size}, "
+                            f"which is not a multiple of {size}")
+    r, rdev, result, inplace = _output(sendbuf, s, sdev, recvbuf, s.size,
+                                       "the same count as sendbuf")
+    return Call("alltoall", s, r, s.size // size, None, 0, inplace, result, _devices(sdev, rdev))
+
+
+_EMPTY = np.empty(0, dtype=np.uint8)
+
+
+def barrier(comm) -> Call:
+    return Call("barrier", _EMPTY, _EMPTY, 0, None, 0, True, None)
+
+
+# -- variable counts (the mpi4py adapter's Allgatherv, Reduce_scatter, Alltoallv) ---------------
+def _ints(name: str, values: Sequence[int], size: int) -> tuple:
+    vals = tuple(int(v) for v in values)
+    if len(vals) != size:
+        raise ArgumentError(f"{name}: expected {size} entries (one per rank), got {len(vals)}")
+    if any(v < 0 for v in vals):
+        raise ArgumentError(f"{name}: expected non-negative integers, got {list(vals)}")
+    return vals
+
+
+def _fits(name: str, counts: tuple, displs: tuple, length: int) -> None:
+    for i, (c, d) in enumerate(zip(counts, displs)):
+        if c and d + c > length:
+            raise ArgumentError(f"{name}: block {i} ({c} elements at {d}) ends past the buffer's "
+                                f"{length} elements")
+
+
+def counts_hash(counts: tuple) -> int:
+    """What the mismatch check compares for counts every rank must share."""
+    import hashlib
+    digest = hashlib.blake2b(np.asarray(counts, np.int64).tobytes(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def _host_only(x, name, writable=False):
+    flat, dev = array(x, name, writable)
+    if dev is not None:
+        raise ArgumentTypeError(f"{name}: variable-count collectives take host arrays")
+    return flat
+
+
+def _distinct(r, s) -> None:
+    if _overlap(r, s, None, None):
+        raise ArgumentError("recvbuf: overlaps sendbuf (use the in-place form instead)")
+
+
+def allgatherv(comm, sendbuf, recvbuf, counts, displs, inplace: bool) -> Call:
+    """Rank i's counts[i] elements land at displs[i] of every rank's recvbuf.  In place,
+    this rank's block is already at displs[rank] of recvbuf and sendbuf is ignored."""
+    size, rank = comm.size, comm.rank
+    counts, displs = _ints("counts", counts, size), _ints("displs", displs, size)
+    r = _host_only(recvbuf, "recvbuf", writable=True)
+    _fits("recvbuf", counts, displs, r.size)
+    if inplace:
+        s = r[displs[rank]:displs[rank] + counts[rank]]
+    else:
+        s = _host_only(sendbuf, "sendbuf")
+        if s.dtype != r.dtype:
+            raise ArgumentError(f"sendbuf: dtype {s.dtype} differs from recvbuf's {r.dtype}")
+        if s.size != counts[rank]:
+            raise ArgumentError(f"sendbuf: expected counts[{rank}] = {counts[rank]} elements, "
+                                f"got {s.size}")
+        _distinct(r, s)
+    return Call("allgatherv", s, r, sum(counts), None, 0, inplace, recvbuf,
+                layout=(("counts", counts), ("displs", displs)), fp_count=counts_hash(counts))
+
+
+def reduce_scatterv(comm, sendbuf, recvbuf, counts, op, inplace: bool) -> Call:
+    """sendbuf holds counts[i] elements for rank i, back to back; rank r gets the reduced
+    block r in recvbuf.  In place, sendbuf is the input and recvbuf its first counts[r]
+    elements (MPI_IN_PLACE's layout)."""
+    size, rank = comm.size, comm.rank
+    counts = _ints("counts", counts, size)
+    s = _host_only(sendbuf, "sendbuf", writable=inplace)
+    op = check_op(op, s.dtype)
+    if s.size != sum(counts):
+        raise ArgumentError(f"sendbuf: expected sum(counts) = {sum(counts)} elements, got {s.size}")
+    r, _ = _recvbuf(recvbuf, counts[rank], s.dtype, f"counts[{rank}]", None)
+    if inplace:
+        if counts[rank] and _address(r, None) != _address(s, None):
+            raise ArgumentError("recvbuf: in place, recvbuf must be the start of sendbuf")
+    else:
+        _distinct(r, s)
+    return Call("reduce_scatterv", s, r, sum(counts), op, 0, inplace, recvbuf,
+                layout=(("counts", counts),), fp_count=counts_hash(counts))
+
+
+def alltoallv(comm, sendbuf, recvbuf, scounts, sdispls, rcounts, rdispls, inplace: bool) -> Call:
+    """scounts[i] elements at sdispls[i] of sendbuf go to rank i; rcounts[i] from rank i
+    land at rdispls[i] of recvbuf.  In place, recvbuf is also the input, with the receive
+    layout (sendbuf and the send layout are ignored)."""
+    size, rank = comm.size, comm.rank
+    rcounts, rdispls = _ints("recvcounts", rcounts, size), _ints("rdispls", rdispls, size)
+    r = _host_only(recvbuf, "recvbuf", writable=True)
+    _fits("recvbuf", rcounts, rdispls, r.size)
+    if inplace:
+        s, scounts, sdispls = r, rcounts, rdispls
+    else:
+        scounts, sdispls = _ints("sendcounts", scounts, size), _ints("sdispls", sdispls, size)
+        s = _host_only(sendbuf, "sendbuf")
+        if s.dtype != r.dtype:
+            raise ArgumentError(f"sendbuf: dtype {s.dtype} differs from recvbuf's {r.dtype}")
+        _fits("sendbuf", scounts, sdispls, s.size)
+        _distinct(r, s)
+        if scounts[rank] > rcounts[rank]:
+            raise ArgumentError(f"sendcounts[{rank}] = {scounts[rank]} is more than "
+                                f"recvcounts[{rank}] = {rcounts[rank]} (this rank's own block)")
+    return Call("alltoallv", s, r, sum(rcounts), None, 0, inplace, recvbuf,
+                layout=(("counts", rcounts), ("displs", rdispls), ("scounts", scounts),
+                        ("sdispls", sdispls)), fp_count=ALLTOALLV_FP)

@@ -1,0 +1,75 @@
+"""Device memory and MPI: what a collective over device arrays needs at run time.
+
+- ``mpi_cuda_aware()``: whether the MPI library takes device pointers itself
+  (``MPIX_Query_cuda_support``);
+- ``mpi_view``: what to hand such an MPI for a device region;
+- ``STAGING``: pinned host buffers, reused by size class, that device data passes through
+  when MPI is not CUDA-aware (device -> host before a send, host -> device after a receive);
+- ``engine_stream()``: hpccoll's stream (one per process), on which every kernel and copy
+  of a device collective runs, so they stay ordered whichever thread drives the engine;
+- ``empty``: device scratch memory.
+
+Under ``NUMBA_ENABLE_CUDASIM=1`` (tests without a GPU) "device" memory is host memory:
+views are the simulator's arrays over it, and the direct path hands MPI host pointers.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..core.pool import BufferPool
+
+
+def _cuda():
+    from numba import cuda
+    return cuda
+
+
+_AWARE = None
+
+
+def mpi_cuda_aware() -> bool:
+    """MPIX_Query_cuda_support() of the MPI library mpi4py is linked to (False if unknown)."""
+    global _AWARE
+    if _AWARE is None:
+        from mpi4py import MPI
+        try:
+            fn = getattr(ctypes.CDLL(MPI.__file__), "MPIX_Query_cuda_support", None)
+            _AWARE = bool(fn()) if fn is not None else False
+        except OSError:
+            _AWARE = False
+    return _AWARE
+
+
+def mpi_view(dev) -> Any:
+    """What to hand MPI for a device region on the direct (CUDA-aware) path."""
+    if type(dev).__name__ == "FakeCUDAArray":
+        return dev._ary.view(np.uint8)
+    from mpi4py import MPI
+    return [dev, MPI.BYTE]
+
+
+def _pinned(nbytes: int):
+    return _cuda().pinned_array(nbytes, dtype=np.uint8)
+
+
+STAGING = BufferPool(_pinned)
+_STREAM: list = []
+_STREAM_LOCK = threading.Lock()
+
+
+def engine_stream():
+    """hpccoll's stream: one per process, used by whichever thread drives the engine."""
+    if not _STREAM:
+        with _STREAM_LOCK:
+            if not _STREAM:
+                _STREAM.append(_cuda().stream())
+    return _STREAM[0]
+
+
+def empty(n: int, dtype) -> Any:
+    """Device scratch memory."""
+    return _cuda().device_array(max(0, n), dtype=dtype)

@@ -1,0 +1,346 @@
+"""The one pipeline (hpccoll/core): every collective is validated once, planned once per
+call signature, then started on the calling thread when the MPI library runs it itself
+(tiny messages, the ``mpi`` row, under the preemptive policy) or queued for the engine.
+Results against the MPI library's own collectives, on every path and in every argument
+form; mismatches still raise on every rank; bad input raises before anything is queued."""
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hpccoll
+from hpccoll.core import plan as plans
+
+DTYPES = ["int8", "uint8", "int32", "int64", "float32", "float64"]
+MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def patient_lock():
+    """A collective starts at issue only if the engine's lock is free within 1 ms (the
+    daemon's pass); ranks outnumbering cores (4 on 2 in CI) can deschedule the daemon in
+    the middle of its pass for longer.  Here the assertions are about what the calling
+    thread does once it has the lock, so it waits for it."""
+    from hpccoll.engine import engine
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "LOCK_WAIT", 5.0)
+        yield
+
+
+@pytest.fixture(scope="module")
+def pctx():
+    c = hpccoll.init(policy="preemptive", timeout=60)
+    yield c
+    c.close()
+
+
+def started_at_issue(work) -> bool:
+    return work.counters["t_start"] is not None
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["sum", "prod", "min", "max"])
+def test_tiny_allreduce_matches_mpi_in_every_form(pctx, mpi_world, dtype, op):
+    r = pctx.rank
+    x = ((np.arange(5) + r) % 3 + 1).astype(dtype)
+    ref = np.empty_like(x)
+    mpi_world.Allreduce(x, ref, op=MPI_OPS[op])
+    out = np.empty_like(x)
+    w = pctx.world.allreduce(x, out, op=op)
+    assert started_at_issue(w)
+    assert w.wait() is out
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(pctx.world.allreduce(x, op=op).wait(), ref)   # new array
+    y = x.copy()
+    w = pctx.world.allreduce(y, y, op=op)                                         # in place
+    assert started_at_issue(w) and w.wait() is y
+    np.testing.assert_array_equal(y, ref)
+
+
+def test_avg_and_multidim(pctx):
+    n, r = pctx.size, pctx.rank
+    x = np.full((2, 3), float(r), np.float64)
+    w = pctx.world.allreduce(x, op="avg")
+    assert started_at_issue(w)
+    np.testing.assert_allclose(w.wait(), np.full(6, sum(range(n)) / n))
+    y = x.copy()
+    pctx.world.allreduce(y, y, op="avg").wait()
+    np.testing.assert_allclose(y.reshape(-1), np.full(6, sum(range(n)) / n))
+
+
+@pytest.mark.parametrize("root_of", [lambda n: 0, lambda n: n - 1])
+def test_broadcast_and_barrier(pctx, root_of):
+    n, r = pctx.size, pctx.rank
+    root = root_of(n)
+    buf = np.full(7, r, np.int32)
+    w = pctx.world.broadcast(buf, root=root)
+    assert started_at_issue(w) and w.wait() is buf
+    np.testing.assert_array_equal(buf, np.full(7, root, np.int32))
+    b = pctx.world.barrier()
+    assert started_at_issue(b)
+    assert b.wait() is None
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tiny_allgather_and_alltoall_match_mpi(pctx, mpi_world, dtype):
+    """Every form: recvbuf=None, a separate recvbuf, in place (the same array), and NCCL's
+    view form of allgather (sendbuf is block rank of recvbuf)."""
+    n, r = pctx.size, pctx.rank
+    x = ((np.arange(3) * 7 + r * 5) % 11).astype(dtype)
+    ref = np.empty(n * 3, dtype)
+    mpi_world.Allgather(x, ref)
+    w = pctx.world.allgather(x)
+    assert started_at_issue(w)
+    np.testing.assert_array_equal(w.wait(), ref)
+    out = np.zeros(n * 3, dtype)
+    w = pctx.world.allgather(x, out)
+    assert w.wait() is out
+    np.testing.assert_array_equal(out, ref)
+    full = np.zeros(n * 3, dtype)
+    full[r * 3:(r + 1) * 3] = x
+    w = pctx.world.allgather(full, full)
+    assert w.wait() is full
+    np.testing.assert_array_equal(full, ref)
+    view = np.zeros(n * 3, dtype)
+    view[r * 3:(r + 1) * 3] = x
+    pctx.world.allgather(view[r * 3:(r + 1) * 3], view).wait()
+    np.testing.assert_array_equal(view, ref)
+
+    y = ((np.arange(n * 2) * 3 + r * 7) % 13).astype(dtype)
+    ref = np.empty_like(y)
+    mpi_world.Alltoall(y, ref)
+    w = pctx.world.alltoall(y)
+    assert started_at_issue(w)
+    np.testing.assert_array_equal(w.wait(), ref)
+    out = np.zeros_like(y)
+    assert pctx.world.alltoall(y, out).wait() is out
+    np.testing.assert_array_equal(out, ref)
+    assert pctx.world.alltoall(y, y).wait() is y
+    np.testing.assert_array_equal(y, ref)
+
+
+def test_persistent_requests_with_many_calls_in_flight(pctx, mpi_world):
+    """More identical tiny calls in flight than a plan has persistent requests, on fresh
+    and reused buffers, waited in any order: every result is right."""
+    n = pctx.size
+    xs = [np.full(3, i, np.int64) for i in range(3 * plans.PERSISTENT_SLOTS)]
+    works = [pctx.world.allreduce(x) for x in xs]
+    for i in reversed(range(len(xs))):
+        np.testing.assert_array_equal(works[i].wait(), np.full(3, i * n))
+    out = np.empty(3, np.int64)
+    for i in range(20):
+        x = np.full(3, i + pctx.rank, np.int64)
+        np.testing.assert_array_equal(pctx.world.allreduce(x, out).wait(),
+                                      np.full(3, n * i + sum(range(n))))
+
+
+def test_a_second_identical_call_does_no_planning(pctx, monkeypatch):
+    made = []
+    real = plans.make
+    monkeypatch.setattr(plans, "make", lambda *a: made.append(a) or real(*a))
+    comm = pctx.world
+    for _ in range(5):
+        comm.allreduce(np.ones(7, np.float32)).wait()
+    assert len(made) == 1
+    comm.allreduce(np.ones(8, np.float32)).wait()      # another count: another plan
+    assert len(made) == 2
+
+
+def test_many_in_flight_and_callbacks(pctx):
+    """Tiny collectives in flight at once, completed in any wait order; a callback fires
+    on completion and may itself issue and wait for a collective; counters say what ran."""
+    n = pctx.size
+    xs = [np.full(3, i, np.int64) for i in range(8)]
+    works = [pctx.world.allreduce(x) for x in xs]
+    seen = []
+
+    def callback(w):
+        seen.append(w)
+        seen.append(pctx.world.allreduce(np.ones(2, np.int64)).wait())
+    works[3].add_done_callback(callback)
+    for i in reversed(range(8)):
+        np.testing.assert_array_equal(works[i].wait(), np.full(3, i * n))
+    deadline = time.monotonic() + 10
+    while len(seen) < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert seen[0] is works[3]
+    np.testing.assert_array_equal(seen[1], np.full(2, n))
+    c = works[0].counters
+    assert c["algo"] == "mpi" and c["waits"] == 1 and c["running_s"] is not None
+
+
+def test_never_waited_completes_on_the_daemon(pctx):
+    w = pctx.world.allreduce(np.ones(2, np.float32))
+    deadline = time.monotonic() + 10
+    while not w.test() and time.monotonic() < deadline:
+        time.sleep(0.005)          # nobody waits: the engine thread (or test()) completes it
+    assert w.test()
+    np.testing.assert_array_equal(w.wait(), np.full(2, pctx.size, np.float32))
+
+
+def test_what_mpi_does_not_run_is_queued_and_right(pctx, mpi_world):
+    """Large, float16, keyed, a key, blocks=: hpccoll's own algorithms, through the
+    engine's queue; each result against MPI's."""
+    n, r = pctx.size, pctx.rank
+    comm = pctx.world
+
+    def allreduce_ref(x):
+        ref = np.empty_like(x)
+        mpi_world.Allreduce(x.astype(np.float64) if x.dtype == np.float16 else x,
+                            ref if x.dtype != np.float16 else (ref := np.empty(x.size)))
+        return ref.astype(x.dtype)
+    big = (np.arange(32768) % 5 + r).astype(np.float32)
+    cases = [
+        (lambda: comm.allreduce(big), allreduce_ref(big)),                      # > 64 KiB
+        (lambda: comm.allreduce(np.full(8, r + 1, np.float16)),
+         np.full(8, sum(range(1, n + 1)), np.float16)),                         # float16
+        (lambda: comm.allreduce(np.full(4, r, np.int32), key="k"),
+         np.full(4, sum(range(n)), np.int32)),                                  # keyed
+        (lambda: comm.allreduce(np.full(4, r, np.int32), op="SUM"),
+         np.full(4, sum(range(n)), np.int32)),                                  # spelled
+        (lambda: comm.allreduce(np.full(4, r, np.int32), blocks=1),
+         np.full(4, sum(range(n)), np.int32)),
+        (lambda: comm.broadcast(np.full(4, r, np.int32), root=np.int64(n - 1)),
+         np.full(4, n - 1, np.int32)),
+        (lambda: comm.allgather(np.full(16384 // n + 1, r, np.float32)),
+         np.repeat(np.arange(n, dtype=np.float32), 16384 // n + 1)),            # > 64 KiB
+        (lambda: comm.alltoall(np.arange(4 * n, dtype=np.int32) + 100 * r, key="a2a"),
+         np.concatenate([np.arange(4 * r, 4 * r + 4, dtype=np.int32) + 100 * q
+                         for q in range(n)])),
+    ]
+    for make, want in cases:
+        got = make().wait()
+        np.testing.assert_array_equal(got, want)
+
+
+def test_bad_arguments_raise_before_queueing(pctx):
+    x = np.ones(4, np.float32)
+    with pytest.raises(hpccoll.ArgumentError, match="recvbuf"):
+        pctx.world.allreduce(x, np.empty(3, np.float32))
+    with pytest.raises(hpccoll.ArgumentError, match="op"):
+        pctx.world.allreduce(x, op="nope")
+    with pytest.raises(hpccoll.ArgumentError, match="avg"):
+        pctx.world.allreduce(np.ones(4, np.int32), op="avg")
+    with pytest.raises(hpccoll.ArgumentError, match="root"):
+        pctx.world.broadcast(x, root=pctx.size)
+    with pytest.raises(hpccoll.ArgumentError, match="contiguous"):
+        pctx.world.allreduce(np.ones((4, 4), np.float32)[:, 0])
+    both = np.ones(8, np.float32)
+    with pytest.raises(hpccoll.ArgumentError, match="overlaps"):
+        pctx.world.allreduce(both[:4], both[2:6])
+    odd = np.frombuffer(bytearray(65), np.float64, count=8, offset=1)
+    with pytest.raises(hpccoll.ArgumentError, match="sendbuf: expected an array aligned"):
+        pctx.world.allreduce(odd)
+    # nothing was queued by the failed calls: the next collective pairs up normally
+    np.testing.assert_array_equal(pctx.world.allreduce(x).wait(), np.full(4, pctx.size))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_rank_starting_at_issue_and_a_rank_queueing_agree(mpi_world):
+    """Rank 0 starts tiny collectives on the calling thread, the others queue them
+    (express=False): the same MPI calls in the same order and the same fingerprints, so
+    results are right and no mismatch is reported, under every mismatch check."""
+    r = mpi_world.rank
+    for check in ("deferred", "every"):
+        with hpccoll.init(policy="preemptive", timeout=60, express=(r == 0),
+                          check_mismatch=check, mismatch_every=4) as ctx:
+            n = ctx.size
+            for i in range(20):
+                x = np.full(3, i + r, np.int64)
+                np.testing.assert_array_equal(ctx.world.allreduce(x).wait(),
+                                              np.full(3, n * i + sum(range(n))))
+            buf = np.full(2, r, np.int32)
+            ctx.world.broadcast(buf, root=n - 1).wait()
+            np.testing.assert_array_equal(buf, n - 1)
+            ctx.world.barrier().wait()
+            np.testing.assert_array_equal(ctx.world.allgather(np.full(2, r, np.int32)).wait(),
+                                          np.repeat(np.arange(n), 2))
+            np.testing.assert_array_equal(
+                ctx.world.alltoall(np.arange(n, dtype=np.int64) + 10 * r).wait(),
+                10 * np.arange(n) + r)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("mixed", [False, True])
+def test_per_call_check_raises_on_every_rank(mpi_world, mixed):
+    """check_mismatch="every": rank 0 allreduces 2 elements, the others 3 (or rank 0
+    broadcasts...): every rank raises CollectiveMismatch from that very wait(), naming the
+    field, whether it started the collective at issue or queued it."""
+    r = mpi_world.rank
+    with hpccoll.init(policy="preemptive", timeout=60, check_mismatch="every",
+                      express=(r == 0) or not mixed) as ctx:
+        for case in ("count", "collective", "allgather count", "alltoall collective"):
+            comm = ctx.world.dup()
+            if case == "count":
+                w = comm.allreduce(np.ones(2 if r == 0 else 3, np.int64))
+            elif case == "collective":
+                w = (comm.broadcast(np.ones(2, np.int64)) if r == 0
+                     else comm.allreduce(np.ones(2, np.int64)))
+            elif case == "allgather count":
+                w = comm.allgather(np.ones(2 if r == 0 else 3, np.int64))
+            else:
+                w = (comm.alltoall(np.ones(2 * ctx.size, np.int64)) if r == 0
+                     else comm.allgather(np.ones(2, np.int64)))
+            field = case.split()[-1]
+            with pytest.raises(hpccoll.CollectiveMismatch) as info:
+                w.wait()
+            assert field in info.value.fields and field in str(info.value)
+            assert 0 in info.value.ranks or 1 in info.value.ranks
+            with pytest.raises(hpccoll.ContextClosed):
+                comm.allreduce(np.ones(2, np.int64))     # the communicator is unusable
+        # the world communicator was never touched: still fine
+        np.testing.assert_array_equal(ctx.world.allreduce(np.ones(2, np.int64)).wait(),
+                                      np.full(2, ctx.size))
+
+
+@pytest.mark.parametrize("policy", ["fifo", "ordered"])
+def test_other_policies_keep_their_launch_order(policy):
+    with hpccoll.init(policy=policy, timeout=60) as ctx:
+        for i in range(5):
+            np.testing.assert_array_equal(
+                ctx.world.allreduce(np.full(2, i, np.float32)).wait(),
+                np.full(2, i * ctx.size, np.float32))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_truncation_is_explained_by_the_check(mpi_world, monkeypatch):
+    """An MPI truncation error on rank 0's data request (forced here) does not fail the
+    task at once: the check still runs, so every rank gets the same CollectiveMismatch
+    naming the field, and nobody waits for rank 0's fingerprint in vain."""
+    from hpccoll.engine.lane import MpiLane
+    r = mpi_world.rank
+    if r == 0:
+        real = MpiLane.start
+
+        class Truncating:
+            def Test(self):
+                raise MPI.Exception(MPI.ERR_TRUNCATE)
+
+        def start(lane):
+            real(lane)               # the real collective, so the peers' completes
+            lane.req = Truncating()
+        monkeypatch.setattr(MpiLane, "start", start)
+    with hpccoll.init(policy="preemptive", timeout=60, check_mismatch="every") as ctx:
+        comm = ctx.world.dup()
+        w = comm.allreduce(np.ones(2 if r == 0 else 3, np.int64))
+        with pytest.raises(hpccoll.CollectiveMismatch, match="count"):
+            w.wait()
+
+
+def test_an_mpi_error_at_start_fails_the_collective(mpi_world, monkeypatch):
+    """An MPI error when a collective starts fails that collective with an error naming
+    it, on every rank (each rank's start fails here), and the communicator is unusable
+    after it."""
+    from hpccoll.engine.lane import MpiLane
+
+    def start(lane):
+        raise MPI.Exception(MPI.ERR_OTHER)
+    monkeypatch.setattr(MpiLane, "start", start)
+    with hpccoll.init(policy="preemptive", timeout=60) as ctx:
+        comm = ctx.world.dup()
+        w = comm.allreduce(np.ones(2, np.int64))
+        with pytest.raises(hpccoll.HpcCollError, match=r"allreduce .*#0 int64 x2"):
+            w.wait()
+        with pytest.raises(hpccoll.HpcCollError):
+            comm.allreduce(np.ones(2, np.int64)).wait()
