@@ -192,6 +192,42 @@ def test_killed_benchmark_leaves_the_previous_file_complete(tmp_path):
     assert run.label == "earlier" and run.attrs["status"] == "complete"
 
 
+def test_two_jobs_appending_to_one_file_both_land(tmp_path):
+    """Finding 2 of issue 18: `hpccoll-bench allreduce ... --out c.h5 &`, then a second job
+    appending an allgather to c.h5 while the first still runs.  Both runs must be in the
+    file, under the names each job printed."""
+    out = tmp_path / "c.h5"
+    env = dict(os.environ, MPIEXEC_TIMEOUT="150")
+    cmd = launch.mpiexec_args(2) + [sys.executable, "-m", "hpccoll.bench", "allreduce", "-b", "8",
+                                    "-e", "16M", "-f", "2", "-n", "40", "-w", "1", "--out", str(out)]
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env, start_new_session=True)
+    try:
+        head = ""
+        while True:                            # its run is open once rows are printed
+            ln = first.stdout.readline()
+            assert ln, "the first benchmark ended early"
+            head += ln
+            if not ln.startswith("#"):
+                break
+        second = bench(2, "allgather", "-b", "8", "-e", "1K", "-f", "4", "-n", "1", "-w", "0",
+                       "--out", out)
+        assert first.poll() is None, "the jobs must overlap for this test to show anything"
+        rest, err = first.communicate(timeout=150)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    assert first.returncode == 0 and second.returncode == 0, err + second.stderr
+    runs = h5log.read(out)
+    assert sorted(r.label for r in runs) == ["allgather", "allreduce"]
+    assert {r.name: r.attrs["status"] for r in runs} == {"0000_allgather": "complete",
+                                                        "0001_allreduce": "complete"}
+    assert f"Results written to {out} (run 0000_allgather)" in second.stdout
+    assert f"Results written to {out} (run 0001_allreduce)" in head + rest
+    assert len(runs[1].tables["allreduce"]) == 22 * 2       # 8 B..16 MiB, both placements
+
+
 def test_every_column_and_attribute_is_documented(compare_run):
     _, out = compare_run
     doc = (Path(__file__).parents[2] / "docs" / "results.md").read_text()
