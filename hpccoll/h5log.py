@@ -532,15 +532,17 @@ class RunWriter:
 
 def write_record(path, kind: str, label: str, attrs: Optional[dict] = None,
                  tables: Optional[dict] = None, arrays: Optional[dict] = None,
-                 append: bool = True) -> RunWriter:
+                 append: bool = True, status: str = "complete") -> RunWriter:
     """One run written at once: ``tables`` {name: [row dicts]}, ``arrays`` {name: array
     or (array, attrs)}.  Returns the closed writer (``final_path``, ``name``)."""
-    with RunWriter(path, label, attrs, append=append, kind=kind) as run:
+    run = RunWriter(path, label, attrs, append=append, kind=kind)
+    with run:
         for name, rows in (tables or {}).items():
             run.table(name).append(rows)
         for name, value in (arrays or {}).items():
             data, meta = value if isinstance(value, tuple) else (value, None)
             run.array(name, data, meta)
+        run.close(status)
     return run
 
 
