@@ -317,12 +317,25 @@ def _temp_name(path: Path, what: str) -> Path:
     return path.with_name(f"{base.name}.{k}")
 
 
-def install(tmp, path, timeout: float = LOCK_TIMEOUT) -> None:
-    """Move the finished file ``tmp`` over ``path`` under ``path``'s lock (os.replace:
-    readers see the old file or the new one, never a half-written one).  For files
-    written whole; runs use RunWriter, which merges instead of replacing."""
-    with locked(path, timeout):
-        os.replace(tmp, path)
+@contextlib.contextmanager
+def whole_file(path, timeout: float = LOCK_TIMEOUT):
+    """An h5py.File for a file written whole in a layout of its own (not runs): written
+    under a temporary name and moved over ``path`` under its lock when the block ends,
+    also when the block fails (then with root attributes ``status = failed`` and
+    ``error``), so the file under the real name is always one that was closed properly."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_name(path, "tmp")
+    f = _h5py().File(tmp, "x")
+    try:
+        yield f
+    except BaseException as exc:
+        write_attrs(f, {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        raise
+    finally:
+        f.close()
+        with locked(path, timeout):
+            os.replace(tmp, path)
 
 
 def update_file_attrs(path, attrs: dict, overwrite: bool = False,

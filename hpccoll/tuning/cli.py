@@ -41,9 +41,9 @@ def cmd_profile(args) -> int:
         env = environment(MPI.COMM_WORLD, settings=ctx.settings, device=args.device)
         ctx.close()
         if MPI.COMM_WORLD.rank == 0:
-            prof.save(args.out, env)
-            _print_profile(prof)
-            print(f"profile written to {args.out}")
+            path = prof.save(args.out, env)
+            print("\n".join(prof.table()))
+            print(f"profile written to {path}")
         return 0
     except HpcCollError as exc:
         if MPI.COMM_WORLD.rank == 0:
@@ -66,17 +66,6 @@ def _blocks(args, ctx) -> list:
     # the library's own choice (0) competes too: on the host it is NumPy's single thread
     top = args.max_blocks or (os.cpu_count() or 1)
     return [0] + [1 << k for k in range(top.bit_length()) if (1 << k) <= top]
-
-
-def _print_profile(prof) -> None:
-    from ..timing import human_bytes
-    names = ["default" if b == 0 else str(b) for b in prof.block_list]
-    print(f"allreduce time in us ({prof.sources['comm_time']}), by block count:")
-    print(f"{'size':>10}" + "".join(f"{n:>10}" for n in names))
-    for i, s in enumerate(prof.sizes):
-        print(f"{human_bytes(int(s)):>10}" + "".join(f"{t * 1e6:>10.1f}" for t in prof.comm_time[i]))
-    print(f"compute slowdown ({prof.sources['slowdown']}, {prof.attrs.get('kernel', '')}): "
-          + ", ".join(f"{n}: {s:.3f}" for n, s in zip(names, prof.slowdown)))
 
 
 def cmd_plan(args) -> int:
@@ -116,8 +105,8 @@ def cmd_simulate(args) -> int:
     res = report.run(models, speeds, net, dev)
     print(report.table(res))
     if args.out:
-        report.save(res, args.out, environment())
-        print(f"results written to {args.out}")
+        path = report.save(res, args.out, environment())
+        print(f"results written to {path}")
     if args.png:
         report.plot(res, args.png)
         print(f"plot written to {args.png}")
@@ -129,7 +118,8 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     q = sub.add_parser("profile", help="measure T(bytes, blocks) and compute slowdown (mpiexec)")
-    q.add_argument("--out", default="results/profile.h5", help="HDF5 file to write")
+    q.add_argument("--out", default="results/profile.h5",
+                   help="HDF5 result file the profile is appended to (plan reads the newest)")
     q.add_argument("--sizes", default="4K,64K,1M,4M,16M", help="allreduce sizes in bytes")
     q.add_argument("--blocks", default="auto",
                    help="block counts, comma-separated, 0 = the library's own choice (no "
@@ -154,7 +144,8 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--nodes", type=int, default=8, help="data-parallel ranks (one per node)")
     q.add_argument("--block-gbps", type=float, default=25.0, help="most one block moves (Gb/s)")
     q.add_argument("--tflops", type=float, default=12.0, help="device backward speed (TFLOP/s)")
-    q.add_argument("--out", default="results/simulate.h5", help="HDF5 file ('' for none)")
+    q.add_argument("--out", default="results/simulate.h5",
+                   help="HDF5 result file the run is appended to ('' for none)")
     q.add_argument("--png", default="results/simulate.png", help="plot file ('' for none)")
     q.set_defaults(fn=cmd_simulate)
     return p

@@ -273,3 +273,24 @@ def test_killed_writer_leaves_the_previous_file_complete(tmp_path):
     assert out.read_bytes() == before
     (r,) = h5log.read(out)
     assert r.label == "earlier" and r.attrs["status"] == "complete" and len(r.tables["t"]) == 4
+
+
+def test_a_file_written_whole_lands_at_the_end_also_when_it_fails(tmp_path):
+    """h5log.whole_file (examples/train_dp.py's file, through tuning.store.h5open)."""
+    from hpccoll.tuning.store import h5open
+    out = tmp_path / "sub" / "train.h5"
+    with h5open(out) as f:
+        f["steps/t"] = np.arange(3.0)
+        assert not out.exists()                 # only once the block ends
+    with pytest.raises(RuntimeError):
+        with h5open(out) as f:
+            f["steps/t"] = np.arange(2.0)
+            with h5py.File(out) as old:         # meanwhile the earlier file is whole
+                assert old["steps/t"].shape == (3,)
+            raise RuntimeError("diverged")
+    with h5py.File(out) as f:
+        assert f["steps/t"].shape == (2,) and f.attrs["status"] == "failed"
+        assert "diverged" in f.attrs["error"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["train.h5"]
+    with pytest.raises(ValueError, match="mode"):
+        h5open(out, "a")

@@ -1,10 +1,10 @@
 """``hpccoll-tune profile`` as users run it: real mpiexec at 2 ranks, a tiny grid."""
 import inspect
 
-import h5py
 import numpy as np
 
 import hpccoll
+from hpccoll import h5log
 from hpccoll.tuning import Profile
 from tests import launch
 
@@ -24,14 +24,14 @@ def test_profile_writes_measured_numbers_with_environment(tmp_path):
     assert prof.sources == {"comm_time": "measured", "slowdown": "measured"}
     assert prof.comm_time.shape == (2, len(prof.blocks))
     assert np.all(prof.comm_time > 0) and np.all(prof.slowdown > 0)
-    with h5py.File(out) as f:
-        assert f.attrs["nranks"] == 2
-        lib = f.attrs["mpi_library_version"]
-        assert "MPICH" in lib or "Open MPI" in lib
-        assert f["samples/comm_time"].shape == (2, len(prof.blocks), 3)
-        assert f["samples/compute_alone_median_per_rank"].shape == (2,)
-        assert f["samples/flight_and_work_per_rank"].shape == (2, len(prof.blocks), 2)
-        assert "hpccoll_version" in f.attrs and "start_time" in f.attrs
+    (run,) = h5log.read(out)
+    assert run.kind == "tuning.profile" and run.attrs["nranks"] == 2
+    lib = run.attrs["mpi_library_version"]
+    assert "MPICH" in lib or "Open MPI" in lib
+    assert run.arrays["samples/comm_time"].shape == (2, len(prof.blocks), 3)
+    assert run.arrays["samples/compute_alone_median_per_rank"].shape == (2,)
+    assert run.arrays["samples/flight_and_work_per_rank"].shape == (2, len(prof.blocks), 2)
+    assert "hpccoll_version" in run.attrs and "start_time" in run.attrs
 
 
 def test_block_counts_without_the_blocks_api_are_a_clear_error():
