@@ -364,6 +364,13 @@ def main(argv=None) -> int:
         require_h5py()
     from mpi4py import MPI
     world = MPI.COMM_WORLD
+    if args.out:     # known before the run, on every rank: not lost at its end
+        from .h5log import append_problem
+        problem = world.bcast(append_problem(args.out) if world.rank == 0 else None, root=0)
+        if problem:
+            if world.rank == 0:
+                print(f"python -m hpccoll.chaos: error: argument --out: {problem}", file=sys.stderr)
+            return 2
     try:
         policies = POLICIES if args.policy == "all" else (args.policy,)
         ok = run_scenario(args.scenario, policies, args, world)

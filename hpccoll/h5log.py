@@ -379,6 +379,32 @@ def _check_schema(f, path) -> None:
                          f"this hpccoll reads ({SCHEMA_VERSION}); upgrade hpccoll")
 
 
+def append_problem(path) -> Optional[str]:
+    """Why runs cannot be appended to ``path``, or None if they can.  Tools that write at
+    the end of a long measurement check ``--out`` with it first."""
+    try:
+        _appendable(path)
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def _appendable(path) -> list:
+    """The names of the runs in ``path``; ValueError (or OSError) unless runs can be
+    appended to it: no file yet, or a result file of this schema."""
+    path = Path(path)
+    if not path.exists():
+        if path.parent.exists() and not path.parent.is_dir():
+            raise NotADirectoryError(f"{path}: {path.parent} is not a directory")
+        return []
+    with _h5py().File(path, "r") as f:
+        if _legacy(f, path) is not None:
+            raise ValueError(f"{path}: written by an earlier hpccoll (one record, not runs); "
+                             f"runs are not appended to it: choose another file or move it away")
+        _check_schema(f, path)
+        return list(f.get("runs", {}))
+
+
 def _index(name: str) -> int:
     head = name.split("_", 1)[0]
     return int(head) if head.isdigit() else -1
@@ -410,11 +436,7 @@ class RunWriter:
         attrs = dict(attrs or {})
         self.kind = kind if kind is not None else str(attrs.get("kind", ""))
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        names: list = []
-        if append and self.path.exists():
-            with h5py.File(self.path, "r") as old:      # fail now, not after the run
-                _check_schema(old, self.path)
-                names = list(old.get("runs", {}))
+        names = _appendable(self.path) if append else []   # fail now, not after the run
         self.tmp_path = _temp_name(self.path, "tmp")
         self._closed = False
         self.file = h5py.File(self.tmp_path, "x")

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 
-from ..errors import ArgumentError, HpcCollError, abort_job
+from .. import h5log
+from ..errors import ArgumentError, HpcCollError, RankFailed, abort_job, agree
 from ..timing import parse_bytes
 
 
@@ -26,31 +28,45 @@ def cmd_profile(args) -> int:
     from mpi4py import MPI
     from .profiler import measure
     from .store import environment
+    world = MPI.COMM_WORLD
+    prog = "hpccoll-tune profile"
     try:
-        # no ``with``: on an unexpected error the job is aborted at once, not after
-        # close() waited for ranks that will never arrive
-        ctx = hpccoll.init(timeout=args.timeout)
+        sync = world.Dup()          # the agreement's own: no other collective can wait on it
+        ctx, error = None, None
         try:
-            blocks = _blocks(args, ctx)
+            problem = world.bcast(h5log.append_problem(args.out) if world.rank == 0 else None, root=0)
+            if problem:                     # known before measuring, on every rank
+                raise ArgumentError(f"--out: {problem}")
+            ctx = hpccoll.init(timeout=args.timeout)
+            blocks = world.bcast(_blocks(args, ctx), root=0)   # cpu_count may differ by node
+            env = environment(world, settings=ctx.settings, device=args.device)
             prof = measure(ctx, _ints(args.sizes, "--sizes"), blocks, repeats=args.repeats,
                            kernel_size=args.kernel_size, rounds=args.rounds, device=args.device,
                            contend_bytes=parse_bytes(args.contend_bytes))
-        except HpcCollError:
-            ctx.close()          # bad input: raised alike on every rank, before any collective
-            raise
-        env = environment(MPI.COMM_WORLD, settings=ctx.settings, device=args.device)
+        except Exception as exc:
+            error = exc
+            if not isinstance(exc, HpcCollError):
+                traceback.print_exc()
+        # a rank-local error must not leave the others in a collective: settle it together
+        # (or abort the job, when the others are stuck in one this rank skipped)
+        try:
+            agree(sync, error, prog, timeout=args.timeout or 60.0)
+            sync.Free()
+        except RankFailed as exc:
+            sync.Free()
+            if ctx is not None:
+                ctx.close()          # every rank is here
+            if world.rank == 0:
+                print(f"{prog}: {exc}", file=sys.stderr)
+            return 2
         ctx.close()
-        if MPI.COMM_WORLD.rank == 0:
+        if world.rank == 0:
             path = prof.save(args.out, env)
             print("\n".join(prof.table()))
             print(f"profile written to {path}")
         return 0
-    except HpcCollError as exc:
-        if MPI.COMM_WORLD.rank == 0:
-            print(f"hpccoll-tune profile: {exc}", file=sys.stderr)
-        return 2
     except BaseException as exc:
-        return abort_job(exc, "hpccoll-tune profile")
+        return abort_job(exc, prog)
 
 
 def _blocks(args, ctx) -> list:
@@ -102,6 +118,10 @@ def cmd_simulate(args) -> int:
         return 2
     net = replace(layers.Network(), nodes=args.nodes, block_gbps=args.block_gbps)
     dev = replace(layers.Device(), flops=args.tflops * 1e12)
+    problem = args.out and h5log.append_problem(args.out)
+    if problem:
+        print(f"hpccoll-tune simulate: --out: {problem}", file=sys.stderr)
+        return 2
     res = report.run(models, speeds, net, dev)
     print(report.table(res))
     if args.out:

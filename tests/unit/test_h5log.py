@@ -222,8 +222,10 @@ def test_files_of_earlier_versions_read_as_one_run(tmp_path):
     (r,) = h5log.read(prof)
     assert r.kind == "tuning.profile" and list(r.arrays["sizes"]) == [8, 16]
     assert r.array_attrs["sizes"] == {"units": "bytes"} and r.arrays["samples/x"].shape == (3,)
-    with pytest.raises(ValueError, match="not an hpccoll result file"):
+    with pytest.raises(ValueError, match="earlier hpccoll .* choose another file"):
         h5log.RunWriter(chaos, "x")          # appended to only in the current layout
+    assert "earlier hpccoll" in h5log.append_problem(prof)
+    assert h5log.append_problem(tmp_path / "new.h5") is None
 
 
 def test_environment_attrs(monkeypatch):

@@ -122,3 +122,17 @@ def test_reading_example_in_docs_runs(tmp_path):
     lines = run.stdout.splitlines()
     assert lines[0] == "77 2 ok" and len(lines) == 1 + 2 * 3
     assert "1 fifo timeout 0" in lines
+
+
+def test_an_out_file_runs_cannot_join_is_refused_before_the_run(tmp_path):
+    """A chaos file of an earlier hpccoll: refused at the start (exit 2, naming --out),
+    not after the run, whose outcome would then be lost; the file is left as it was."""
+    old = tmp_path / "old.h5"
+    with h5py.File(old, "w") as f:
+        f.attrs["schema"] = "hpccoll.chaos/1"
+    before = old.read_bytes()
+    proc = launch.run(2, ["-m", "hpccoll.chaos", "abba", "--iters", "1", "--out", str(old)],
+                      timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("argument --out:") == 1 and "earlier hpccoll" in proc.stderr
+    assert "chaos abba" not in proc.stdout and old.read_bytes() == before
