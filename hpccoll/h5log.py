@@ -334,8 +334,11 @@ def whole_file(path, timeout: float = LOCK_TIMEOUT):
         raise
     finally:
         f.close()
-        with locked(path, timeout):
-            os.replace(tmp, path)
+        try:
+            with locked(path, timeout):
+                os.replace(tmp, path)
+        except LockUnavailable as exc:
+            _keep_aside(tmp, path, "", str(exc))
 
 
 def update_file_attrs(path, attrs: dict, overwrite: bool = False,
@@ -357,6 +360,21 @@ def update_file_attrs(path, attrs: dict, overwrite: bool = False,
             _unlink(tmp)
             raise
     return sorted(new)
+
+
+def _keep_aside(tmp: Path, path: Path, tag: str, reason: str, what: str = "file") -> Path:
+    """Nothing may be lost: a finished file that cannot take the place meant for it (or
+    join it) becomes ``NAME-TAG-PID.h5`` beside it, and stderr says so."""
+    stem, suffix = path.stem, path.suffix or ".h5"
+    name = "-".join(x for x in (stem, tag, str(os.getpid())) if x)
+    aside, k = path.with_name(name + suffix), 1
+    while aside.exists():
+        aside, k = path.with_name(f"{name}-{k}{suffix}"), k + 1
+    os.replace(tmp, aside)
+    sys.stderr.write(f"hpccoll: {reason}\nhpccoll: nothing was written to {path}; the {what} "
+                     f"is kept in {aside}\n")
+    sys.stderr.flush()
+    return aside
 
 
 def _unlink(path) -> None:
@@ -398,7 +416,7 @@ def _appendable(path) -> list:
             raise NotADirectoryError(f"{path}: {path.parent} is not a directory")
         return []
     with _h5py().File(path, "r") as f:
-        if _legacy(f, path) is not None:
+        if _legacy_kind(f) is not None:
             raise ValueError(f"{path}: written by an earlier hpccoll (one record, not runs); "
                              f"runs are not appended to it: choose another file or move it away")
         _check_schema(f, path)
@@ -533,18 +551,8 @@ class RunWriter:
             self.name = name
 
     def _keep_aside(self, reason: str) -> Path:
-        stem, suffix = self.path.stem, self.path.suffix or ".h5"
-        aside = self.path.with_name(f"{stem}-{self.label}-{os.getpid()}{suffix}")
-        k = 1
-        while aside.exists():
-            aside = self.path.with_name(f"{stem}-{self.label}-{os.getpid()}-{k}{suffix}")
-            k += 1
         self._rename_run(_next_name([], self.label))
-        os.replace(self.tmp_path, aside)
-        sys.stderr.write(f"hpccoll: {reason}\nhpccoll: the run {self.label!r} was NOT added to "
-                         f"{self.path}; it is kept in {aside}\n")
-        sys.stderr.flush()
-        return aside
+        return _keep_aside(self.tmp_path, self.path, self.label, reason, f"run {self.label!r}")
 
     def _discard(self) -> None:
         self._closed = True
@@ -644,8 +652,12 @@ _LEGACY = {("schema", "hpccoll.chaos/1"): "chaos",
            ("kind", "hpccoll.tuning.simulate"): "tuning.simulate"}
 
 
+def _legacy_kind(f) -> Optional[str]:
+    return next((k for (a, v), k in _LEGACY.items() if f.attrs.get(a) == v), None)
+
+
 def _legacy(f, path) -> Optional[Run]:
-    kind = next((k for (a, v), k in _LEGACY.items() if f.attrs.get(a) == v), None)
+    kind = _legacy_kind(f)
     if kind is None:
         return None
     run = Run(str(path), f"0000_{kind}", dict(read_attrs(f), kind=kind, label=kind))

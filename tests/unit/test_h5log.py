@@ -193,7 +193,7 @@ def test_a_run_that_cannot_take_the_lock_is_kept_in_a_file_of_its_own(tmp_path, 
     (r,) = h5log.read(aside)
     assert r.name == "0000_late" and len(r.tables["t"]) == 2
     err = capsys.readouterr().err
-    assert "held its lock" in err and f"NOT added to {out}" in err and str(aside) in err
+    assert "held its lock" in err and f"nothing was written to {out}; the run 'late' is kept in {aside}" in err and str(aside) in err
 
 
 def test_stamping_attributes_keeps_what_is_there(tmp_path):
