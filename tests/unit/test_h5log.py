@@ -296,3 +296,32 @@ def test_a_file_written_whole_lands_at_the_end_also_when_it_fails(tmp_path):
     assert sorted(p.name for p in out.parent.iterdir()) == ["train.h5"]
     with pytest.raises(ValueError, match="mode"):
         h5open(out, "a")
+
+
+def test_writing_examples_in_docs_run(tmp_path):
+    """docs/results.md's examples of a tool's own record kind, as written, on 2 ranks:
+    rank 0 writes its run, then every rank dumps a record into one file at once."""
+    import re
+
+    from tests import launch
+    doc = (Path(ROOT) / "docs" / "results.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", doc, re.S | re.M)
+    [own] = [b for b in blocks if "h5log.RunWriter(" in b]
+    [dump] = [b for b in blocks if "h5log.write_record(" in b]
+    script = tmp_path / "docs_example.py"
+    script.write_text("\n".join([
+        "import numpy as np", "import hpccoll", "from mpi4py import MPI", "from hpccoll import h5log",
+        "ctx = hpccoll.init()", "rank = ctx.rank",
+        f"path = {str(tmp_path / 'dump.h5')!r}",
+        "rows = [{'seq': 3, 'coll': 'allreduce'}]", "array = np.arange(4.0)",
+        own.replace('"tuning.h5"', repr(str(tmp_path / "tuning.h5"))),
+        "MPI.COMM_WORLD.Barrier()", dump, "ctx.close()"]))
+    proc = launch.run(2, [str(script)], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = h5log.read(tmp_path / "tuning.h5")
+    assert run.kind == "my-tool" and run.attrs["converged"] is True and run.attrs["nranks"] == 2
+    assert run.tables["allocations"][0]["blocks"] == 4 and run.arrays["matrix"].shape == (4, 4)
+    dumps = h5log.read(tmp_path / "dump.h5")
+    assert sorted(r.label for r in dumps) == ["rank0", "rank1"]
+    assert all(r.kind == "flight" and r.tables["collectives"] == [{"seq": 3, "coll": "allreduce"}]
+               and r.attrs["reason"] == "CollectiveTimeout" for r in dumps)
