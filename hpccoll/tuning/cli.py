@@ -51,14 +51,14 @@ def cmd_profile(args) -> int:
         # (or abort the job, when the others are stuck in one this rank skipped)
         try:
             agree(sync, error, prog, timeout=args.timeout or 60.0)
-            sync.Free()
         except RankFailed as exc:
-            sync.Free()
             if ctx is not None:
                 ctx.close()          # every rank is here
             if world.rank == 0:
                 print(f"{prog}: {exc}", file=sys.stderr)
             return 2
+        finally:
+            sync.Free()
         ctx.close()
         if world.rank == 0:
             path = prof.save(args.out, env)
