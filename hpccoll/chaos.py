@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -254,34 +253,34 @@ def run_policy(name: str, policy: str, args) -> Outcome:
     out = Outcome(policy)
     ctx = hpccoll.init(policy=policy, timeout=args.timeout, max_active=args.max_active,
                        print_report=args.verbose)
+    # An error other than hpccoll's may be this rank's alone: it skips close(), which would
+    # wait for ranks stuck in a collective with this one, and main() aborts the job.
+    scenario = SCENARIOS[name](ctx, args)
+    t0 = time.perf_counter()
     try:
-        scenario = SCENARIOS[name](ctx, args)
-        t0 = time.perf_counter()
-        try:
-            for it in range(args.iters):
-                checks = scenario.iteration(it)
-                for c in checks:
-                    got = c.work.wait()
-                    if not np.array_equal(got.reshape(-1), c.expected):
-                        out.wrong.append(f"iteration {it}: {c.label}")
-                    k = c.work.counters
-                    out.yields += k.get("yields", 0)
-                    out.tries += k.get("tries", 0)
-                out.iters = it + 1
-            out.outcome = "wrong" if out.wrong else "complete"
-        except CollectiveTimeout as exc:
-            out.outcome = "timeout"
-            out.detail = exc.report
-        except HpcCollError as exc:
-            out.outcome = "error"
-            out.detail = str(exc)
-        out.seconds = time.perf_counter() - t0
-        stats = ctx.stats()
-        out.switches, out.parks = stats["switches"], stats["parks"]
-        if out.outcome in ("complete", "wrong"):
-            scenario.free()
-    finally:
-        ctx.close()
+        for it in range(args.iters):
+            checks = scenario.iteration(it)
+            for c in checks:
+                got = c.work.wait()
+                if not np.array_equal(got.reshape(-1), c.expected):
+                    out.wrong.append(f"iteration {it}: {c.label}")
+                k = c.work.counters
+                out.yields += k.get("yields", 0)
+                out.tries += k.get("tries", 0)
+            out.iters = it + 1
+        out.outcome = "wrong" if out.wrong else "complete"
+    except CollectiveTimeout as exc:
+        out.outcome = "timeout"
+        out.detail = exc.report
+    except HpcCollError as exc:
+        out.outcome = "error"
+        out.detail = str(exc)
+    out.seconds = time.perf_counter() - t0
+    stats = ctx.stats()
+    out.switches, out.parks = stats["switches"], stats["parks"]
+    if out.outcome in ("complete", "wrong"):
+        scenario.free()
+    ctx.close()
     return out
 
 
@@ -291,57 +290,38 @@ def expected_outcome(name: str, policy: str, n: int, expect: str) -> str:
     return "timeout" if policy == "fifo" and SCENARIOS[name].divergent(n) else "complete"
 
 
-def _diagnosis(report: str) -> str:
-    for line in report.splitlines():
-        if line.startswith("Diagnosis:"):
-            return line
-    return report.splitlines()[0] if report else ""
+def _row(name: str, res: Outcome, args, n: int) -> dict:
+    """One rank's outcome under one policy, as a row of the chaos record (results.py)."""
+    from .results import diagnosis
+    return dict(policy=res.policy, outcome=res.outcome, iters=res.iters, seconds=res.seconds,
+                expected=expected_outcome(name, res.policy, n, args.expect), yields=res.yields,
+                tries=res.tries, switches=res.switches, parks=res.parks, n_wrong=len(res.wrong),
+                detail=res.wrong[0] if res.wrong else diagnosis(res.detail)[:400])
 
 
 def run_scenario(name: str, policies, args, mpi_world) -> bool:
-    """Run ``name`` under each policy in turn; rank 0 prints the summary table.  True on
-    every rank if every policy behaved as expected."""
+    """Run ``name`` under each policy in turn; rank 0 prints the summary table (and with
+    ``args.out`` writes the run).  True on every rank if every policy behaved as expected."""
     from mpi4py import MPI
-    results = [run_policy(name, pol, args) for pol in policies]
+    from . import results
+    out = getattr(args, "out", None)
+    attrs = {"scenario": name, "nranks": mpi_world.size, "iters": args.iters,
+             "bytes": args.bytes, "max_active": args.max_active, "timeout": args.timeout}
+    if out:      # collective, and the start time is the run's
+        attrs = results.run_attrs(mpi_world, name, args, getattr(args, "argv", sys.argv))
+    outcomes = [run_policy(name, pol, args) for pol in policies]
     ok = all(r.outcome == expected_outcome(name, r.policy, mpi_world.size, args.expect)
-             for r in results)
+             for r in outcomes)
     ok = mpi_world.allreduce(ok, op=MPI.LAND)
-    rows = mpi_world.gather([(r.outcome, r.iters, r.seconds, r.yields, r.switches, r.wrong[:3])
-                             for r in results], root=0)
+    host = MPI.Get_processor_name()
+    mine = [dict(_row(name, r, args, mpi_world.size), rank=mpi_world.rank, host=host)
+            for r in outcomes]
+    gathered = mpi_world.gather(mine, root=0)
     if mpi_world.rank == 0:
-        print(f"chaos {name}: {mpi_world.size} ranks, {args.iters} iterations, {args.bytes} B per "
-              f"collective, max_active {args.max_active}, timeout {args.timeout:g} s")
-        print(f"{'policy':<11}{'outcome':<10}{'iters':>6}{'time (s)':>10}{'it/s':>9}"
-              f"{'yields':>8}{'switches':>10}  expected")
-        for i, res in enumerate(results):
-            per_rank = [rows[k][i] for k in range(mpi_world.size)]
-            outcomes = sorted({x[0] for x in per_rank})
-            iters = min(x[1] for x in per_rank)
-            secs = max(x[2] for x in per_rank)
-            yields = sum(x[3] for x in per_rank)
-            switches = sum(x[4] for x in per_rank)
-            want = expected_outcome(name, res.policy, mpi_world.size, args.expect)
-            rate = iters / secs if secs > 0 and iters else 0.0
-            print(f"{res.policy:<11}{'/'.join(outcomes):<10}{iters:>6}{secs:>10.2f}{rate:>9.1f}"
-                  f"{yields:>8}{switches:>10}  {want}{'' if outcomes == [want] else '  <-- UNEXPECTED'}")
-            wrong = [w for x in per_rank for w in x[5]]
-            if wrong:
-                print(f"    wrong results: {wrong[:3]}")
-            if res.outcome == "timeout":
-                print(f"    {_diagnosis(res.detail)[:400]}")
-            elif res.outcome == "error":
-                print(f"    {res.detail[:400]}")
-        print("OK: every policy behaved as expected" if ok else "FAILED: unexpected outcome")
-        sys.stdout.flush()
-    if getattr(args, "out", None):
-        from .results import write_chaos
-        write_chaos(args.out, mpi_world, name, args, ok, [
-            dict(policy=r.policy, outcome=r.outcome, iters=r.iters, seconds=r.seconds,
-                 expected=expected_outcome(name, r.policy, mpi_world.size, args.expect),
-                 yields=r.yields, tries=r.tries, switches=r.switches, parks=r.parks,
-                 n_wrong=len(r.wrong),
-                 detail=r.wrong[0] if r.wrong else _diagnosis(r.detail)[:400])
-            for r in results])
+        rows = [r for rs in gathered for r in rs]
+        print("\n".join(results.summary(attrs, rows, ok)), flush=True)
+        if out:
+            results.write_chaos(out, attrs, ok, rows)
     return ok
 
 
@@ -354,8 +334,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=20, help="iterations (default 20)")
     p.add_argument("--bytes", type=parse_bytes, default=4096,
                    help="message size per collective, K/M suffixes (default 4K)")
-    p.add_argument("--timeout", type=float, default=10.0,
-                   help="watchdog timeout in seconds (default 10)")
+    p.add_argument("--timeout", type=_seconds, default=10.0,
+                   help="watchdog timeout in seconds (default 10; the workloads need one)")
     p.add_argument("--max-active", type=int, default=1, help="execution slots (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--expect", choices=("auto", "complete", "timeout"), default="auto",
@@ -363,20 +343,34 @@ def parser() -> argparse.ArgumentParser:
                         "divergent scenario, complete otherwise)")
     p.add_argument("--verbose", action="store_true", help="print full watchdog reports")
     p.add_argument("--out", metavar="FILE.h5",
-                   help="write every rank's outcome per policy to this HDF5 file "
-                        "(schema in hpccoll/results.py)")
+                   help="append the run (every rank's outcome per policy) to this HDF5 "
+                        "result file (docs/results.md)")
     return p
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):     # NaN too: the watchdog must be on
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r} (fifo ends in "
+                                         "the watchdog's timeout)")
+    return value
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    args.command = shlex.join([sys.executable, "-m", "hpccoll.chaos",
-                               *(sys.argv[1:] if argv is None else argv)])
+    args.argv = [sys.executable, "-m", "hpccoll.chaos", *(sys.argv[1:] if argv is None else argv)]
     if args.out:
         from .results import require_h5py
         require_h5py()
     from mpi4py import MPI
     world = MPI.COMM_WORLD
+    if args.out:     # known before the run, on every rank: not lost at its end
+        from .h5log import append_problem
+        problem = world.bcast(append_problem(args.out) if world.rank == 0 else None, root=0)
+        if problem:
+            if world.rank == 0:
+                print(f"python -m hpccoll.chaos: error: argument --out: {problem}", file=sys.stderr)
+            return 2
     try:
         policies = POLICIES if args.policy == "all" else (args.policy,)
         ok = run_scenario(args.scenario, policies, args, world)

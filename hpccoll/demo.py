@@ -78,18 +78,21 @@ def run(args) -> int:
     t_start = time.perf_counter()
     failures = 0
     rows = []
-    with hpccoll.init(policy=args.policy, timeout=args.timeout) as ctx:
-        comm = ctx.world
-        for coll in args.colls:
-            sizes = [0] if coll == "barrier" else args.sizes
-            for nbytes in sizes:
-                ours, theirs, check = _case(ctx, comm, mpi, coll, nbytes)
-                t_ours, t_mpi = time_interleaved(mpi, [ours, theirs], args.iters, warmup=2)
-                ok = bool(check())
-                all_ok = mpi.allreduce(ok, op=MPI.LAND)
-                failures += not all_ok
-                rows.append((coll, nbytes, np.median(t_ours), np.median(t_mpi), all_ok))
-        policy = ctx.policy
+    # no ``with``: an error may be this rank's alone, and close() would wait for ranks in a
+    # collective with this one; main() aborts the job instead
+    ctx = hpccoll.init(policy=args.policy, timeout=args.timeout)
+    comm = ctx.world
+    for coll in args.colls:
+        sizes = [0] if coll == "barrier" else args.sizes
+        for nbytes in sizes:
+            ours, theirs, check = _case(ctx, comm, mpi, coll, nbytes)
+            t_ours, t_mpi = time_interleaved(mpi, [ours, theirs], args.iters, warmup=2)
+            ok = bool(check())
+            all_ok = mpi.allreduce(ok, op=MPI.LAND)
+            failures += not all_ok
+            rows.append((coll, nbytes, np.median(t_ours), np.median(t_mpi), all_ok))
+    policy = ctx.policy
+    ctx.close()
     if mpi.rank == 0:
         lib = MPI.Get_library_version().splitlines()[0].strip()
         print(f"hpccoll {hpccoll.__version__}: {mpi.size} ranks, {lib}, policy {policy}, "

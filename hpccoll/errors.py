@@ -1,6 +1,8 @@
 """Every error hpccoll raises derives from HpcCollError."""
 from __future__ import annotations
 
+from typing import Optional
+
 
 class HpcCollError(Exception):
     """Base class of every error the library raises."""
@@ -41,6 +43,56 @@ class CollectiveMismatch(HpcCollError):
         super().__init__(message)
         self.ranks = tuple(ranks)
         self.fields = dict(fields or {})
+
+
+class RankFailed(HpcCollError):
+    """Raised by ``agree`` on every rank alike: some ranks failed (``failures``: rank ->
+    message, with the type for errors other than hpccoll's); the ranks may now exit
+    together."""
+
+    def __init__(self, failures: dict):
+        self.failures = dict(failures)
+        alike: dict = {}
+        for r, m in sorted(self.failures.items()):
+            alike.setdefault(m, []).append(str(r))
+        super().__init__("; ".join(f"rank{'s' if len(rs) > 1 else ''} {', '.join(rs)}: {m}"
+                                   for m, rs in alike.items()))
+
+
+def agree(comm, error: Optional[BaseException], prog: str, timeout: float = 60.0) -> None:
+    """Settle rank-local failures before the next collective of a tool.
+
+    Every rank of the mpi4py communicator ``comm`` calls this at the same point, with the
+    exception it met since the last agreement (None if none); ``comm`` must be one no
+    other collective of the tool may be waiting on (a Dup made at the start).
+    - No rank failed: returns on every rank.
+    - Some ranks failed and every rank got here: raises the same RankFailed on every rank,
+      naming the ranks and their errors, so that the ranks can close and exit alike.
+    - A failed rank waits ``timeout`` seconds at most: a rank that did not arrive is
+      waiting in a collective the failed rank skipped, and never will, so the failed rank
+      aborts the job with its error (``abort_job``).  A rank without an error waits as
+      long as it takes (a peer is either on its way or about to abort the job)."""
+    import time
+    import numpy as np
+    from mpi4py import MPI
+    failed = np.array([0 if error is None else 1], dtype=np.int32)
+    count = np.zeros(1, dtype=np.int32)
+    req = comm.Iallreduce(failed, count, op=MPI.SUM)
+    deadline = time.monotonic() + timeout
+    while not req.Test():
+        if error is not None and time.monotonic() > deadline:
+            import sys
+            sys.stderr.write(f"{prog}: rank {comm.Get_rank()}: the other ranks did not reach "
+                             f"the agreement within {timeout:g} s (they wait in a collective "
+                             f"this rank skipped after its error); aborting the job\n")
+            abort_job(error, prog)
+        time.sleep(0.001)
+    if count[0] == 0:
+        return
+    # every rank is here: a blocking collective cannot hang now
+    texts = comm.allgather(None if error is None else str(error) if isinstance(error, HpcCollError)
+                           else f"{type(error).__name__}: {error}")
+    raise RankFailed({r: t for r, t in enumerate(texts) if t is not None})
 
 
 def abort_job(exc: BaseException, prog: str, wait: float = 0.0) -> int:

@@ -1,22 +1,34 @@
-"""HDF5 result logs: one small API that every hpccoll tool records results with.
+"""HDF5 result files: the one module every hpccoll tool writes and reads them with.
 
-    attrs = h5log.environment_attrs(comm, settings=ctx.settings)      # collective if comm
-    with h5log.RunWriter("r.h5", "allreduce", attrs) as run:           # rank 0 only
-        table = run.table("allreduce")
-        table.append([{"size": 8, "time_us": 3.1, "times": np.array([...])}])
+    attrs = h5log.environment_attrs(comm, settings=ctx.settings)       # collective if comm
+    with h5log.RunWriter("r.h5", "allreduce", attrs, kind="bench") as run:   # one process
+        run.table("allreduce").append([{"size": 8, "time_us": 3.1, "times": np.array([...])}])
+        run.array("matrix", np.eye(3), {"units": "s"})
     for run in h5log.read("r.h5"):
-        run.attrs["policy"], run.tables["allreduce"][0]["busbw"]
+        run.kind, run.attrs["policy"], run.tables["allreduce"][0]["busbw"], run.arrays["matrix"]
 
-The schema (groups, attributes, columns) is documented in docs/results.md and versioned
-by ``SCHEMA_VERSION``.  Crash safety: a run is written into a temporary file next to the
-destination (a copy of it when appending) and renamed over it when the run ends, so the
-file under the real name is always one that was closed properly.  A run that fails
-with an exception is still renamed into place, with ``status = "failed"`` and the
-error text; only a killed writer leaves nothing but the temporary file behind.
+Every file is a sequence of runs (``/runs/NNNN_LABEL``), each a record of one ``kind``
+(bench, chaos, tuning.profile, tuning.simulate, ...): attributes, growing tables,
+n-dimensional arrays.  The schema is documented in docs/results.md and versioned by
+``SCHEMA_VERSION``.
+
+Crash safety: a run is written into a private temporary file next to the destination
+and lands when it ends: under an exclusive lock on the destination, the file as it is
+then is copied, the run added to the copy, and the copy renamed over the destination.
+So the file under the real name is always one that was closed properly, and writers that
+overlap in time (two jobs appending to one ``--out``, every rank dumping into one file)
+all land, in the order they finished.  Where the lock cannot be had (a file system
+without locks, or a holder that does not let go), the run is kept in a file of its own
+and a message on stderr says where.  A run that fails with an exception still lands,
+with ``status = "failed"`` and the error text; only a killed writer leaves nothing but
+its temporary file behind.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import errno
+import fcntl
 import json
 import os
 import platform
@@ -25,6 +37,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +46,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 SCHEMA = "hpccoll-results"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # Environment variables worth keeping with a result: the scheduler's, ours, and the
 # transport knobs of the common MPI/GPU stacks (they change performance, not semantics).
 ENV_PREFIXES = ("SLURM_", "HPCCOLL_", "OMPI_MCA_", "MPIR_CVAR_", "I_MPI_", "UCX_", "FI_",
@@ -235,49 +248,225 @@ class Table:
         return 0 if self.dataset is None else self.dataset.shape[0]
 
 
+# -- landing a file: the lock, the temporary names ----------------------------------------
+LOCK_TIMEOUT = 60.0        # seconds to wait for another writer's merge to finish
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+
+
+class LockUnavailable(OSError):
+    """The destination's lock could not be taken (unsupported, or held too long)."""
+
+
+@contextlib.contextmanager
+def locked(path, timeout: float = LOCK_TIMEOUT):
+    """Hold the exclusive lock of result file ``path``: ``flock`` on the sidecar
+    ``.NAME.lock``, which the holder removes when it lets go (so no lock files pile up;
+    a waiter that got the lock of a removed sidecar tries again).  The kernel drops the
+    lock of a killed holder.  Raises LockUnavailable after ``timeout`` seconds, or at
+    once where the file system has no locks."""
+    path = Path(path)
+    lock = path.with_name(f".{path.name}.lock")
+    deadline = time.monotonic() + timeout
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise LockUnavailable(f"{path}: another writer held its lock "
+                                              f"({lock.name}) for over {timeout:g} s") from None
+                    time.sleep(0.005)
+                except OSError as exc:
+                    if exc.errno in _NO_LOCKS:
+                        raise LockUnavailable(f"{path}: this file system does not lock "
+                                              f"files ({exc.strerror})") from None
+                    raise
+            try:
+                mine = os.fstat(fd)
+                live = os.stat(lock)
+                if (mine.st_dev, mine.st_ino) == (live.st_dev, live.st_ino):
+                    break
+            except FileNotFoundError:
+                pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    try:
+        yield
+    finally:
+        try:
+            os.unlink(lock)
+        except OSError:
+            pass
+        os.close(fd)
+
+
+def _temp_name(path: Path, what: str) -> Path:
+    """``.NAME.WHAT-PID`` beside ``path`` (tests and users find a killed writer's file by
+    its pid); ``.NAME.WHAT-PID.K`` for further files of one process."""
+    base = path.with_name(f".{path.name}.{what}-{os.getpid()}")
+    if not base.exists():
+        return base
+    k = 1
+    while path.with_name(f"{base.name}.{k}").exists():
+        k += 1
+    return path.with_name(f"{base.name}.{k}")
+
+
+@contextlib.contextmanager
+def whole_file(path, timeout: float = LOCK_TIMEOUT):
+    """An h5py.File for a file written whole in a layout of its own (not runs): written
+    under a temporary name and moved over ``path`` under its lock when the block ends,
+    also when the block fails (then with root attributes ``status = failed`` and
+    ``error``), so the file under the real name is always one that was closed properly."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_name(path, "tmp")
+    f = _h5py().File(tmp, "x")
+    try:
+        yield f
+    except BaseException as exc:
+        write_attrs(f, {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        raise
+    finally:
+        f.close()
+        try:
+            with locked(path, timeout):
+                os.replace(tmp, path)
+        except LockUnavailable as exc:
+            _keep_aside(tmp, path, "", str(exc))
+
+
+def update_file_attrs(path, attrs: dict, overwrite: bool = False,
+                      timeout: float = LOCK_TIMEOUT) -> list:
+    """Add root attributes to an existing result file, crash-safely and under its lock
+    (a copy is changed and renamed over it); without ``overwrite`` existing names are
+    kept.  For stamps added after a job (Slurm's variables).  Returns the names added."""
+    h5py = _h5py()
+    path = Path(path)
+    with locked(path, timeout):
+        tmp = _temp_name(path, "tmp")
+        try:
+            shutil.copyfile(path, tmp)
+            with h5py.File(tmp, "a") as f:
+                new = {k: v for k, v in attrs.items() if overwrite or k not in f.attrs}
+                write_attrs(f, new)
+            os.replace(tmp, path)
+        except BaseException:
+            _unlink(tmp)
+            raise
+    return sorted(new)
+
+
+def _keep_aside(tmp: Path, path: Path, tag: str, reason: str, what: str = "file") -> Path:
+    """Nothing may be lost: a finished file that cannot take the place meant for it (or
+    join it) becomes ``NAME-TAG-PID.h5`` beside it, and stderr says so."""
+    stem, suffix = path.stem, path.suffix or ".h5"
+    name = "-".join(x for x in (stem, tag, str(os.getpid())) if x)
+    aside, k = path.with_name(name + suffix), 1
+    while aside.exists():
+        aside, k = path.with_name(f"{name}-{k}{suffix}"), k + 1
+    os.replace(tmp, aside)
+    sys.stderr.write(f"hpccoll: {reason}\nhpccoll: nothing was written to {path}; the {what} "
+                     f"is kept in {aside}\n")
+    sys.stderr.flush()
+    return aside
+
+
+def _unlink(path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 # -- writing -----------------------------------------------------------------------------
 def _check_schema(f, path) -> None:
-    if f.attrs.get("schema", SCHEMA) != SCHEMA:
-        raise ValueError(f"{path}: not an hpccoll result file (schema {f.attrs.get('schema')!r})")
+    schema = f.attrs.get("schema")
+    if schema is None and (len(f) or len(f.attrs)):
+        raise ValueError(f"{path}: not an hpccoll result file (no schema attribute)")
+    if schema is not None and schema != SCHEMA:
+        raise ValueError(f"{path}: not an hpccoll result file (schema {schema!r})")
     version = int(f.attrs.get("schema_version", SCHEMA_VERSION))
     if version > SCHEMA_VERSION:
         raise ValueError(f"{path}: written with result schema version {version}, newer than "
                          f"this hpccoll reads ({SCHEMA_VERSION}); upgrade hpccoll")
 
 
+def append_problem(path) -> Optional[str]:
+    """Why runs cannot be appended to ``path``, or None if they can.  Tools that write at
+    the end of a long measurement check ``--out`` with it first."""
+    try:
+        _appendable(path)
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def _appendable(path) -> list:
+    """The names of the runs in ``path``; ValueError (or OSError) unless runs can be
+    appended to it: no file yet, or a result file of this schema."""
+    path = Path(path)
+    if not path.exists():
+        if path.parent.exists() and not path.parent.is_dir():
+            raise NotADirectoryError(f"{path}: {path.parent} is not a directory")
+        return []
+    with _h5py().File(path, "r") as f:
+        if _legacy_kind(f) is not None:
+            raise ValueError(f"{path}: written by an earlier hpccoll (one record, not runs); "
+                             f"runs are not appended to it: choose another file or move it away")
+        _check_schema(f, path)
+        return list(f.get("runs", {}))
+
+
+def _index(name: str) -> int:
+    head = name.split("_", 1)[0]
+    return int(head) if head.isdigit() else -1
+
+
+def _next_name(names, label: str) -> str:
+    return f"{max(map(_index, names), default=-1) + 1:04d}_{label}"
+
+
 class RunWriter:
-    """Write one run (a group under /runs) into ``path``, crash-safely.
+    """Write one run (a group under /runs) of record kind ``kind`` into ``path``.
 
-    The run goes into a temporary file next to ``path`` (``.NAME.tmp-PID``, a copy of the
-    existing file when ``append``); ``close()`` records the end time and status and
-    renames it over ``path``.  Used as a context manager, an exception marks the run
-    ``failed`` (with the error text) and the rows written so far are kept.
-    Only one process may write a given file at a time."""
+    The run is written into a private temporary file beside ``path`` (``.NAME.tmp-PID``,
+    flushed after every table row); ``close()`` records the end time and status and
+    lands it (see the module's docstring): appended after the runs the file has by then,
+    or, with ``append=False``, replacing the file.  Used as a context manager, an
+    exception marks the run ``failed`` (with the error text) and the rows written so far
+    are kept.  ``name`` is the run's group name (final after close), ``final_path`` where
+    it landed: ``path``, or a file of its own when ``path`` could not be locked."""
 
-    def __init__(self, path, label: str, attrs: Optional[dict] = None, append: bool = True):
+    def __init__(self, path, label: str, attrs: Optional[dict] = None, append: bool = True,
+                 kind: Optional[str] = None, lock_timeout: float = LOCK_TIMEOUT):
         h5py = _h5py()
+        if not label or "/" in label:
+            raise ValueError(f"label: expected a non-empty name without '/', got {label!r}")
         self.path = Path(path)
-        if self.path.parent and not self.path.parent.exists():
-            raise FileNotFoundError(f"{self.path}: directory {self.path.parent} does not exist")
-        self.tmp_path = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self.label, self.append, self.lock_timeout = label, append, lock_timeout
+        self.final_path: Optional[Path] = None
+        attrs = dict(attrs or {})
+        self.kind = kind if kind is not None else str(attrs.get("kind", ""))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        names = _appendable(self.path) if append else []   # fail now, not after the run
+        self.tmp_path = _temp_name(self.path, "tmp")
         self._closed = False
-        if append and self.path.exists():
-            with h5py.File(self.path, "r") as old:
-                _check_schema(old, self.path)
-            shutil.copyfile(self.path, self.tmp_path)
-            self.file = h5py.File(self.tmp_path, "a")
-        else:
-            self.file = h5py.File(self.tmp_path, "w")
+        self.file = h5py.File(self.tmp_path, "x")
         try:
             f = self.file
             f.attrs["schema"] = SCHEMA
             f.attrs["schema_version"] = SCHEMA_VERSION
-            runs = f.require_group("runs")
-            self.name = f"{len(runs):04d}_{label}"
-            self.group = runs.create_group(self.name)
-            write_attrs(self.group, dict(attrs or {}))
-            write_attrs(self.group, {"schema_version": SCHEMA_VERSION, "status": "running",
-                                    "error": "", "label": label})
+            self.name = _next_name(names, label)
+            self.group = f.require_group("runs").create_group(self.name)
+            write_attrs(self.group, attrs)
+            write_attrs(self.group, {"schema_version": SCHEMA_VERSION, "kind": self.kind,
+                                     "status": "running", "error": "", "label": label})
             f.flush()
         except BaseException:
             self._discard()
@@ -291,14 +480,29 @@ class RunWriter:
             self._tables[key] = Table(self.group.require_group(kind), name, dtype, attrs)
         return self._tables[key]
 
+    def array(self, name: str, data, attrs: Optional[dict] = None):
+        """Store an n-dimensional array as ``arrays/NAME`` (``a/b`` nests groups); strings
+        are stored as UTF-8.  Returns the h5py dataset."""
+        h5py = _h5py()
+        arr = np.asarray(data)
+        if arr.dtype.kind in "US":
+            arr = np.array([x.decode() if isinstance(x, bytes) else str(x) for x in arr.ravel()],
+                           dtype=h5py.string_dtype()).reshape(arr.shape)
+        elif arr.dtype.kind == "O":
+            raise TypeError(f"array {name!r}: cannot store Python objects; use numbers or strings")
+        ds = self.group.require_group("arrays").create_dataset(name, data=arr)
+        write_attrs(ds, dict(attrs or {}))
+        self.file.flush()
+        return ds
+
     def set_attrs(self, **attrs) -> None:
         write_attrs(self.group, attrs)
         self.file.flush()
 
     def close(self, status: str = "complete", error: str = "") -> Path:
-        """Finish the run and move the file into place; returns the final path."""
+        """Finish the run and land it; returns the file it is in."""
         if self._closed:
-            return self.path
+            return self.final_path or self.path
         self._closed = True
         try:
             write_attrs(self.group, {"status": status, "error": error, "end_time": now_iso()})
@@ -306,8 +510,49 @@ class RunWriter:
         except BaseException:
             self._discard()
             raise
-        os.replace(self.tmp_path, self.path)
+        try:
+            with locked(self.path, self.lock_timeout):
+                self.final_path = self._land()
+        except (LockUnavailable, ValueError) as exc:
+            # nothing may be lost: a file the run cannot join keeps it beside
+            self.final_path = self._keep_aside(str(exc))
+        return self.final_path
+
+    def _land(self) -> Path:
+        """Under the lock: append the run to the file as it is now (a copy, renamed over
+        it), or make the temporary file the destination."""
+        h5py = _h5py()
+        if not (self.append and self.path.exists()):
+            self._rename_run(_next_name([], self.label))
+            os.replace(self.tmp_path, self.path)
+            return self.path
+        merged = _temp_name(self.path, "merge")
+        try:
+            shutil.copyfile(self.path, merged)
+            with h5py.File(merged, "a") as dst, h5py.File(self.tmp_path, "r") as src:
+                _check_schema(dst, self.path)
+                runs = dst.require_group("runs")
+                name = _next_name(runs, self.label)
+                src.copy(src["runs"][self.name], runs, name=name)
+                dst.attrs["schema"] = SCHEMA
+                dst.attrs["schema_version"] = SCHEMA_VERSION
+            os.replace(merged, self.path)
+        except BaseException:
+            _unlink(merged)
+            raise
+        self.name = name
+        _unlink(self.tmp_path)
         return self.path
+
+    def _rename_run(self, name: str) -> None:
+        if name != self.name:
+            with _h5py().File(self.tmp_path, "a") as f:
+                f["runs"].move(self.name, name)
+            self.name = name
+
+    def _keep_aside(self, reason: str) -> Path:
+        self._rename_run(_next_name([], self.label))
+        return _keep_aside(self.tmp_path, self.path, self.label, reason, f"run {self.label!r}")
 
     def _discard(self) -> None:
         self._closed = True
@@ -315,10 +560,7 @@ class RunWriter:
             self.file.close()
         except Exception:
             pass
-        try:
-            os.unlink(self.tmp_path)
-        except OSError:
-            pass
+        _unlink(self.tmp_path)
 
     def __enter__(self) -> "RunWriter":
         return self
@@ -329,6 +571,22 @@ class RunWriter:
         else:
             status = "interrupted" if issubclass(etype, KeyboardInterrupt) else "failed"
             self.close(status, f"{etype.__name__}: {exc}")
+
+
+def write_record(path, kind: str, label: str, attrs: Optional[dict] = None,
+                 tables: Optional[dict] = None, arrays: Optional[dict] = None,
+                 append: bool = True, status: str = "complete") -> RunWriter:
+    """One run written at once: ``tables`` {name: [row dicts]}, ``arrays`` {name: array
+    or (array, attrs)}.  Returns the closed writer (``final_path``, ``name``)."""
+    run = RunWriter(path, label, attrs, append=append, kind=kind)
+    with run:
+        for name, rows in (tables or {}).items():
+            run.table(name).append(rows)
+        for name, value in (arrays or {}).items():
+            data, meta = value if isinstance(value, tuple) else (value, None)
+            run.array(name, data, meta)
+        run.close(status)
+    return run
 
 
 # -- reading -----------------------------------------------------------------------------
@@ -346,30 +604,85 @@ def _rows(dataset) -> list[dict]:
     return [{k: _decode(rec[k]) for k in names} for rec in data]
 
 
+def _array(dataset) -> np.ndarray:
+    if _h5py().check_string_dtype(dataset.dtype) is not None:
+        return np.asarray(dataset.asstr()[()], dtype=object)
+    return dataset[()]
+
+
 @dataclass
 class Run:
     file: str
     name: str
     attrs: dict
-    tables: dict = field(default_factory=dict)   # name -> list of row dicts
-    traces: dict = field(default_factory=dict)   # name -> list of row dicts
+    tables: dict = field(default_factory=dict)       # name -> list of row dicts
+    traces: dict = field(default_factory=dict)       # name -> list of row dicts
+    arrays: dict = field(default_factory=dict)       # path under arrays/ -> numpy array
+    array_attrs: dict = field(default_factory=dict)  # path under arrays/ -> attributes
 
     @property
     def label(self) -> str:
         return self.attrs.get("label", self.name)
 
+    @property
+    def kind(self) -> str:
+        """The record kind; runs written before kinds existed (schema version 1) are
+        benchmark runs when hpccoll-bench wrote them."""
+        return self.attrs.get("kind") or ("bench" if self.attrs.get("tool") == "hpccoll-bench" else "")
+
+
+def _fill(run: Run, g, arrays_under: str = "arrays") -> Run:
+    for kind in ("tables", "traces"):
+        for tname, ds in g.get(kind, {}).items():
+            getattr(run, kind)[tname] = _rows(ds)
+    h5py = _h5py()
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            run.arrays[name] = _array(obj)
+            run.array_attrs[name] = read_attrs(obj)
+    if arrays_under in g:
+        g[arrays_under].visititems(visit)
+    return run
+
+
+# Files of hpccoll versions before one writer: one record at the root of the file.
+_LEGACY = {("schema", "hpccoll.chaos/1"): "chaos",
+           ("kind", "hpccoll.tuning.profile"): "tuning.profile",
+           ("kind", "hpccoll.tuning.simulate"): "tuning.simulate"}
+
+
+def _legacy_kind(f) -> Optional[str]:
+    return next((k for (a, v), k in _LEGACY.items() if f.attrs.get(a) == v), None)
+
+
+def _legacy(f, path) -> Optional[Run]:
+    kind = _legacy_kind(f)
+    if kind is None:
+        return None
+    run = Run(str(path), f"0000_{kind}", dict(read_attrs(f), kind=kind, label=kind))
+    h5py = _h5py()
+
+    def visit(name, obj):
+        if not isinstance(obj, h5py.Dataset):
+            return
+        if obj.dtype.names and "/" not in name:
+            run.tables[name] = _rows(obj)
+        else:
+            run.arrays[name] = _array(obj)
+            run.array_attrs[name] = read_attrs(obj)
+    f.visititems(visit)
+    return run
+
 
 def read(path) -> list[Run]:
-    """Every run in a result file, in the order they were written."""
+    """Every run in a result file, in the order they were written (a file of an earlier
+    hpccoll's chaos or tuning tools reads as one run)."""
     h5py = _h5py()
-    runs = []
     with h5py.File(path, "r") as f:
+        old = _legacy(f, path)
+        if old is not None:
+            return [old]
         _check_schema(f, path)
-        for name in sorted(f.get("runs", {})):
-            g = f["runs"][name]
-            run = Run(str(path), name, read_attrs(g))
-            for kind in ("tables", "traces"):
-                for tname, ds in g.get(kind, {}).items():
-                    getattr(run, kind)[tname] = _rows(ds)
-            runs.append(run)
-    return runs
+        names = sorted(f.get("runs", {}), key=lambda n: (_index(n), n))
+        return [_fill(Run(str(path), n, read_attrs(f["runs"][n])), f["runs"][n]) for n in names]

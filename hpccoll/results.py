@@ -1,33 +1,23 @@
-"""HDF5 result files of the deadlock workloads (``python -m hpccoll.chaos ... --out F.h5``).
+"""The deadlock workloads' record: a run of kind ``chaos`` in hpccoll's result files
+(``python -m hpccoll.chaos ... --out F.h5``; the layout is in docs/results.md), and its
+summary table, which the workload prints live and ``hpccoll-report`` prints from a file.
 
-Schema ``hpccoll.chaos/1``, one file per run, written by rank 0:
-
-- dataset ``/outcomes``: one row per (rank, policy), fields ``rank``, ``host``,
+- table ``outcomes``: one row per (rank, policy), columns FIELDS: ``rank``, ``host``,
   ``policy``, ``outcome`` (complete | timeout | wrong | error), ``expected``, ``iters``
   (iterations completed), ``seconds``, ``yields``, ``tries``, ``switches``, ``parks``,
   ``n_wrong`` (wrong results seen), ``detail`` (first wrong result, or the watchdog's
   diagnosis line, or the error);
-- root attributes: ``schema``, ``scenario``, ``ok`` (every policy behaved as expected on
-  every rank: the job's exit status), ``command``, ``hpccoll_version``, ``mpi_library``,
-  ``ranks``, ``hosts`` (one per rank), ``created`` (UTC, ISO 8601), the run's options
-  (``iters``, ``bytes``, ``timeout``, ``max_active``, ``seed``, ``expect``), and every
-  SLURM_* environment variable of rank 0 under its own name: the job step's under srun;
-  under mpiexec in a Slurm job, those of the step that started MPI's proxy on the node
-  (SLURM_NTASKS is then the number of nodes; ``ranks`` is always the MPI job's size);
-- and the attributes every hpccoll result file has (h5log.environment_attrs, under the
-  names docs/results.md gives them: ``git_revision``, ``settings`` and
-  ``settings_sources``, ``environment``, versions, ``rank_hosts``...), except ``policy``,
-  which is per row here.
-
-The file appears complete or not at all: it is written under a temporary name in the
-same directory and renamed.
+- run attributes: ``tool``, ``scenario``, ``ok`` (every policy behaved as expected on
+  every rank: the job's exit status), the options (``iters``, ``bytes``, ``timeout``,
+  ``max_active``, ``seed``, ``expect``), rank 0's SLURM_* variables under their own
+  names, and what every run records (h5log.environment_attrs), except ``policy``, which
+  is per row.
 """
 from __future__ import annotations
 
-import os
-import time
+from typing import Optional
 
-SCHEMA = "hpccoll.chaos/1"
+KIND = "chaos"
 FIELDS = ("rank", "host", "policy", "outcome", "expected", "iters", "seconds", "yields",
           "tries", "switches", "parks", "n_wrong", "detail")
 
@@ -40,66 +30,60 @@ def require_h5py(option: str = "--out") -> None:
                          f"pip install h5py (it comes with `pip install -e .`)") from None
 
 
-def _table(rows):
-    import h5py
-    import numpy as np
-    text = h5py.string_dtype("utf-8")
-    dtype = np.dtype([("rank", "i4"), ("host", text), ("policy", text), ("outcome", text),
-                      ("expected", text), ("iters", "i8"), ("seconds", "f8"), ("yields", "i8"),
-                      ("tries", "i8"), ("switches", "i8"), ("parks", "i8"), ("n_wrong", "i8"),
-                      ("detail", text)])
-    table = np.empty(len(rows), dtype=dtype)
-    for i, row in enumerate(rows):
-        table[i] = tuple(row[k] for k in FIELDS)
-    return table
-
-
-def write_chaos(path: str, world, scenario: str, args, ok: bool, rows: list[dict]) -> None:
-    """Collective over ``world``: gather every rank's per-policy ``rows`` (dicts with
-    FIELDS except rank and host) and write them with the run's attributes on rank 0."""
-    from mpi4py import MPI
-    from . import __version__, config, h5log
+def run_attrs(world, scenario: str, args, argv: list) -> dict:
+    """The run's attributes before it starts (collective over ``world``: it gathers every
+    rank's host); ``ok`` is added when it ends."""
+    from . import config, h5log
     from .slurm import slurm_env
-    host = MPI.Get_processor_name()
-    mine = [dict(row, rank=world.rank, host=host) for row in rows]
-    # what every hpccoll result file records (git revision, knobs, versions, environment;
-    # see docs/results.md), under the same names; the policy is per row here
-    env = h5log.environment_attrs(world, settings=config.resolve(
+    attrs = h5log.environment_attrs(world, argv=argv, settings=config.resolve(
         {"timeout": args.timeout, "max_active": args.max_active}))
-    del env["policy"]
-    gathered = world.gather((host, mine), root=0)
-    if world.rank != 0:
-        return
-    import h5py
-    hosts = [h for h, _ in gathered]
-    attrs = {
-        "schema": SCHEMA,
-        "scenario": scenario,
-        "ok": bool(ok),
-        "command": getattr(args, "command", ""),
-        "hpccoll_version": __version__,
-        "mpi_library": MPI.Get_library_version().strip(),
-        "ranks": world.size,
-        "hosts": hosts,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "iters": args.iters, "bytes": args.bytes, "timeout": args.timeout,
-        "max_active": args.max_active, "seed": args.seed, "expect": args.expect,
-        **slurm_env(),
-    }
-    path = os.path.abspath(path)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        f = h5py.File(tmp, "w")
-        try:
-            f.create_dataset("outcomes", data=_table([r for _, rs in gathered for r in rs]))
-            h5log.write_attrs(f, env)
-            for k, v in attrs.items():
-                f.attrs[k] = v
-        finally:
-            f.close()
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    del attrs["policy"]                      # one per row of the table
+    attrs.update(tool="hpccoll.chaos", scenario=scenario, iters=args.iters, bytes=args.bytes,
+                 timeout=args.timeout, max_active=args.max_active, seed=args.seed,
+                 expect=args.expect, **slurm_env())
+    return attrs
+
+
+def write_chaos(path: str, attrs: dict, ok: bool, rows: list[dict]):
+    """Rank 0: land the run (every rank's ``rows``, dicts with FIELDS); returns the writer
+    (``final_path``, ``name``)."""
+    from . import h5log
+    return h5log.write_record(path, KIND, attrs["scenario"], dict(attrs, ok=bool(ok)),
+                              tables={"outcomes": [{k: row[k] for k in FIELDS} for row in rows]},
+                              status="complete" if ok else "wrong-results")
+
+
+def diagnosis(detail: str) -> str:
+    return next((ln for ln in detail.splitlines() if ln.startswith("Diagnosis:")),
+                detail.splitlines()[0] if detail else "")
+
+
+def summary(attrs: dict, rows: list[dict], ok: Optional[bool] = None) -> list[str]:
+    """The summary table of one chaos run: a line per policy (outcomes over ranks, fewest
+    iterations, slowest rank's time, yields and switches summed) and the verdict."""
+    ok = attrs.get("ok") if ok is None else ok
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    lines = [f"chaos {attrs.get('scenario', '?')}: {attrs.get('nranks', '?')} ranks, "
+             f"{attrs.get('iters', '?')} iterations, {attrs.get('bytes', '?')} B per collective, "
+             f"max_active {attrs.get('max_active', '?')}, timeout {attrs.get('timeout', 0):g} s",
+             f"{'policy':<11}{'outcome':<10}{'iters':>6}{'time (s)':>10}{'it/s':>9}"
+             f"{'yields':>8}{'switches':>10}  expected"]
+    for policy in policies:
+        mine = [r for r in rows if r["policy"] == policy]
+        outcomes = sorted({r["outcome"] for r in mine})
+        iters = min(r["iters"] for r in mine)
+        secs = max(r["seconds"] for r in mine)
+        rate = iters / secs if secs > 0 and iters else 0.0
+        want = mine[0]["expected"]
+        lines.append(f"{policy:<11}{'/'.join(outcomes):<10}{iters:>6}{secs:>10.2f}{rate:>9.1f}"
+                     f"{sum(r['yields'] for r in mine):>8}{sum(r['switches'] for r in mine):>10}"
+                     f"  {want}{'' if outcomes == [want] else '  <-- UNEXPECTED'}")
+        wrong = [f"rank {r['rank']}: {r['detail']}" for r in mine if r["outcome"] == "wrong"]
+        if wrong:
+            lines.append(f"    wrong results: {wrong[:3]}")
+        bad = next((r for r in mine if r["outcome"] in ("timeout", "error") and r["detail"]), None)
+        if bad is not None:
+            text = diagnosis(bad["detail"]) if bad["outcome"] == "timeout" else bad["detail"]
+            lines.append(f"    {text[:400]}")
+    lines.append("OK: every policy behaved as expected" if ok else "FAILED: unexpected outcome")
+    return lines

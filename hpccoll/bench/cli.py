@@ -129,7 +129,7 @@ def _open_writer(args, mpi, settings, plan, gpu_model):
                      average=plan.average, types=plan.types, ops=[o or "none" for o in plan.ops],
                      roots=plan.roots, traced=bool(args.trace))
         try:
-            writer = h5log.RunWriter(args.out, plan.coll, attrs)
+            writer = h5log.RunWriter(args.out, plan.coll, attrs, kind="bench")
         except (OSError, ValueError) as exc:
             problem = f"argument --out: cannot write {args.out}: {exc}"
     problem = mpi.bcast(problem, root=0)

@@ -1,13 +1,16 @@
 """hpccoll-report: compare, plot and export hpccoll result files (HDF5).
 
     hpccoll-report r.h5                          # tables: every series vs the mpi baseline
+    hpccoll-report chaos.h5 profile.h5           # any kind of run: its summary
     hpccoll-report today.h5 --baseline last.h5   # this run vs an earlier one
     hpccoll-report r.h5 --plot out/              # busbw, latency and ratio plots (PNG)
     hpccoll-report r.h5 --chrome-trace t.json    # engine traces for Perfetto / chrome://tracing
 
-A series is one library (and policy) of one run.  Each series is compared with its
-baseline: by default the mpi series of the same run (files written with --compare mpi),
-else the first series read; --baseline LIB[/POLICY] or FILE[:LIB[/POLICY]] picks another.
+A series is one library (and policy) of one benchmark run.  Each series is compared with
+its baseline: by default the mpi series of the same run (files written with --compare
+mpi), else the first series read; --baseline LIB[/POLICY] or FILE[:LIB[/POLICY]] picks
+another.  Runs of other kinds (chaos, tuning.profile, tuning.simulate, ...) are printed
+after the benchmark tables, each as its tool summarizes it.
 """
 from __future__ import annotations
 
@@ -16,13 +19,14 @@ import json
 import sys
 from typing import Optional
 
-from .data import STATS, ReportError, baselines, load
+from .data import STATS, ReportError, baselines, load, read_runs
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hpccoll-report", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", nargs="+", metavar="FILE.h5", help="result files (hpccoll-bench --out)")
+    p.add_argument("files", nargs="+", metavar="FILE.h5",
+                   help="result files (hpccoll-bench, chaos, hpccoll-tune ... --out)")
     p.add_argument("--baseline", metavar="SPEC",
                    help="what ratios compare with: mpi, hpccoll, hpccoll/POLICY, or FILE[:LIB[/POLICY]]")
     p.add_argument("--stat", choices=sorted(STATS), default="mean",
@@ -33,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
                    help="write the engine traces (hpccoll-bench --trace) as Chrome trace-event JSON")
     p.add_argument("--phase", choices=("all", "warmup", "timed", "check"), default="all",
                    help="with --chrome-trace: only collectives of this benchmark phase")
-    p.add_argument("--quiet", action="store_true", help="no comparison tables")
+    p.add_argument("--quiet", action="store_true", help="no tables or summaries")
     return p
 
 
@@ -71,7 +75,9 @@ def export_trace(series, path: str, phase: str = "all", coll: Optional[str] = No
 
 
 def run(args) -> int:
-    series = load(args.files)
+    loaded = [(path, read_runs(path)) for path in args.files]
+    series = load(args.files, loaded)
+    others = [r for _, runs in loaded for r in runs if r.kind != "bench"]
     if args.coll:
         from ..bench.cases import canonical_collective
         coll = canonical_collective(args.coll)
@@ -79,11 +85,26 @@ def run(args) -> int:
             raise ReportError(f"--coll: unknown collective {args.coll!r}")
         for s in series:
             s.rows = [r for r in s.rows if r["coll"] == coll]
-        series = [s for s in series if s.rows]
+        series, others = [s for s in series if s.rows], []
         args.coll = coll
-    if not series:
-        raise ReportError(f"no benchmark results in {', '.join(args.files)}"
+    if not series and not others:
+        raise ReportError(f"no {'benchmark ' if args.coll else ''}results in {', '.join(args.files)}"
                           + (f" for {args.coll}" if args.coll else ""))
+    if series:
+        bench_tables(series, args)
+    else:
+        wanted = [o for o, v in (("--baseline", args.baseline), ("--plot", args.plot),
+                                 ("--chrome-trace", args.chrome_trace)) if v]
+        if wanted:
+            raise ReportError(f"{', '.join(wanted)}: no benchmark results in {', '.join(args.files)}")
+    if not args.quiet:
+        from .kinds import summarize
+        for run in others:
+            print("#\n" + "\n".join(summarize(run)), flush=True)
+    return 0
+
+
+def bench_tables(series, args) -> None:
     series, baseline_of = baselines(series, args.baseline, args.files)
     if not args.quiet:
         from .tables import compare
@@ -96,7 +117,6 @@ def run(args) -> int:
         n = export_trace(series, args.chrome_trace, args.phase, args.coll)
         print(f"# wrote {args.chrome_trace}: {n} collectives (open it in ui.perfetto.dev "
               "or chrome://tracing)")
-    return 0
 
 
 def main(argv: Optional[list] = None) -> int:

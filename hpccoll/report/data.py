@@ -1,6 +1,6 @@
-"""Result files as series: one series per (run, library, policy), each a set of points
+"""Benchmark runs as series: one series per (run, library, policy), each a set of points
 keyed by (collective, type, op, root, placement, size), and the rule that picks each
-series' baseline."""
+series' baseline.  Runs of other kinds are summarized by kinds.py."""
 from __future__ import annotations
 
 import os
@@ -63,12 +63,13 @@ def read_runs(path: str) -> list:
         raise ReportError(f"{path}: not a readable hpccoll result file ({exc})") from None
 
 
-def load(paths: list) -> list[Series]:
-    """Every series of every run in ``paths``, in file, run, then table order."""
+def load(paths: list, loaded: Optional[list] = None) -> list[Series]:
+    """Every series of every benchmark run in ``paths``, in file, run, then table order
+    (``loaded``: [(path, runs)] already read)."""
     series: list[Series] = []
     nruns = 0
-    for path in paths:
-        runs = read_runs(path)
+    for path, runs in loaded if loaded is not None else [(p, read_runs(p)) for p in paths]:
+        runs = [r for r in runs if r.kind == "bench"]
         stem = Path(path).stem
         for run in runs:
             nruns += 1

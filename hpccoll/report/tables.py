@@ -8,24 +8,35 @@ from ..bench.table import float_str
 from .data import GROUP, group_key
 
 
+def run_header(run) -> list[str]:
+    """One run's provenance line, with what it records (and a note when it did not
+    complete)."""
+    a = run.attrs
+    head = f"{a.get('tool') or run.kind or '?'} {run.label}"
+    if "nranks" in a:
+        hosts = a.get("hostnames") or []
+        head += (f", {a['nranks']} ranks on {len(hosts)} host(s) {','.join(hosts[:4])}"
+                 f"{'...' if len(hosts) > 4 else ''}")
+    parts = [head]
+    if "hpccoll_version" in a:
+        parts.append(f"hpccoll {a['hpccoll_version']} (git {a.get('git_revision') or '?'})")
+    if a.get("mpi_library_version"):
+        parts.append(" ".join(a["mpi_library_version"].splitlines()[0].split()))
+    if "device" in a:
+        parts.append(f"device {a['device']}")
+    parts += [a[k] for k in ("start_time",) if k in a] + [f"status {a.get('status', '?')}"]
+    lines = [f"# {run.file} run {run.name}: " + "; ".join(parts)]
+    if a.get("status") not in ("complete", None):
+        lines.append(f"#   note: this run ended as {a.get('status')!r}: {a.get('error') or 'wrong results'}")
+    return lines
+
+
 def run_summary(series: list) -> list[str]:
     lines, seen = [], set()
     for s in series:
-        if id(s.run) in seen:
-            continue
-        seen.add(id(s.run))
-        a = s.run.attrs
-        hosts = a.get("hostnames") or []
-        mpi = (a.get("mpi_library_version") or "?").splitlines()[0]
-        mpi = " ".join(mpi.split())
-        lines.append(
-            f"# {s.run.file} run {s.run.name}: {a.get('tool', '?')} {a.get('collective', '')}, "
-            f"{a.get('nranks', '?')} ranks on {len(hosts)} host(s) {','.join(hosts[:4])}"
-            f"{'...' if len(hosts) > 4 else ''}; hpccoll {a.get('hpccoll_version', '?')} "
-            f"(git {a.get('git_revision') or '?'}); {mpi}; device {a.get('device', '?')}; "
-            f"{a.get('start_time', '?')}; status {a.get('status', '?')}")
-        if a.get("status") not in ("complete", None):
-            lines.append(f"#   note: this run ended as {a.get('status')!r}: {a.get('error') or 'wrong results'}")
+        if id(s.run) not in seen:
+            seen.add(id(s.run))
+            lines += run_header(s.run)
     return lines
 
 

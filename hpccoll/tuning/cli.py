@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 
-from ..errors import ArgumentError, HpcCollError, abort_job
+from .. import h5log
+from ..errors import ArgumentError, HpcCollError, RankFailed, abort_job, agree
 from ..timing import parse_bytes
 
 
@@ -26,31 +28,45 @@ def cmd_profile(args) -> int:
     from mpi4py import MPI
     from .profiler import measure
     from .store import environment
+    world = MPI.COMM_WORLD
+    prog = "hpccoll-tune profile"
     try:
-        # no ``with``: on an unexpected error the job is aborted at once, not after
-        # close() waited for ranks that will never arrive
-        ctx = hpccoll.init(timeout=args.timeout)
+        sync = world.Dup()          # the agreement's own: no other collective can wait on it
+        ctx, error = None, None
         try:
-            blocks = _blocks(args, ctx)
+            problem = world.bcast(h5log.append_problem(args.out) if world.rank == 0 else None, root=0)
+            if problem:                     # known before measuring, on every rank
+                raise ArgumentError(f"--out: {problem}")
+            ctx = hpccoll.init(timeout=args.timeout)
+            blocks = world.bcast(_blocks(args, ctx), root=0)   # cpu_count may differ by node
+            env = environment(world, settings=ctx.settings, device=args.device)
             prof = measure(ctx, _ints(args.sizes, "--sizes"), blocks, repeats=args.repeats,
                            kernel_size=args.kernel_size, rounds=args.rounds, device=args.device,
                            contend_bytes=parse_bytes(args.contend_bytes))
-        except HpcCollError:
-            ctx.close()          # bad input: raised alike on every rank, before any collective
-            raise
-        env = environment(MPI.COMM_WORLD, settings=ctx.settings, device=args.device)
+        except Exception as exc:
+            error = exc
+            if not isinstance(exc, HpcCollError):
+                traceback.print_exc()
+        # a rank-local error must not leave the others in a collective: settle it together
+        # (or abort the job, when the others are stuck in one this rank skipped)
+        try:
+            agree(sync, error, prog, timeout=args.timeout or 60.0)
+        except RankFailed as exc:
+            if ctx is not None:
+                ctx.close()          # every rank is here
+            if world.rank == 0:
+                print(f"{prog}: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            sync.Free()
         ctx.close()
-        if MPI.COMM_WORLD.rank == 0:
-            prof.save(args.out, env)
-            _print_profile(prof)
-            print(f"profile written to {args.out}")
+        if world.rank == 0:
+            path = prof.save(args.out, env)
+            print("\n".join(prof.table()))
+            print(f"profile written to {path}")
         return 0
-    except HpcCollError as exc:
-        if MPI.COMM_WORLD.rank == 0:
-            print(f"hpccoll-tune profile: {exc}", file=sys.stderr)
-        return 2
     except BaseException as exc:
-        return abort_job(exc, "hpccoll-tune profile")
+        return abort_job(exc, prog)
 
 
 def _blocks(args, ctx) -> list:
@@ -66,17 +82,6 @@ def _blocks(args, ctx) -> list:
     # the library's own choice (0) competes too: on the host it is NumPy's single thread
     top = args.max_blocks or (os.cpu_count() or 1)
     return [0] + [1 << k for k in range(top.bit_length()) if (1 << k) <= top]
-
-
-def _print_profile(prof) -> None:
-    from ..timing import human_bytes
-    names = ["default" if b == 0 else str(b) for b in prof.block_list]
-    print(f"allreduce time in us ({prof.sources['comm_time']}), by block count:")
-    print(f"{'size':>10}" + "".join(f"{n:>10}" for n in names))
-    for i, s in enumerate(prof.sizes):
-        print(f"{human_bytes(int(s)):>10}" + "".join(f"{t * 1e6:>10.1f}" for t in prof.comm_time[i]))
-    print(f"compute slowdown ({prof.sources['slowdown']}, {prof.attrs.get('kernel', '')}): "
-          + ", ".join(f"{n}: {s:.3f}" for n, s in zip(names, prof.slowdown)))
 
 
 def cmd_plan(args) -> int:
@@ -113,11 +118,15 @@ def cmd_simulate(args) -> int:
         return 2
     net = replace(layers.Network(), nodes=args.nodes, block_gbps=args.block_gbps)
     dev = replace(layers.Device(), flops=args.tflops * 1e12)
+    problem = args.out and h5log.append_problem(args.out)
+    if problem:
+        print(f"hpccoll-tune simulate: --out: {problem}", file=sys.stderr)
+        return 2
     res = report.run(models, speeds, net, dev)
     print(report.table(res))
     if args.out:
-        report.save(res, args.out, environment())
-        print(f"results written to {args.out}")
+        path = report.save(res, args.out, environment())
+        print(f"results written to {path}")
     if args.png:
         report.plot(res, args.png)
         print(f"plot written to {args.png}")
@@ -129,7 +138,8 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     q = sub.add_parser("profile", help="measure T(bytes, blocks) and compute slowdown (mpiexec)")
-    q.add_argument("--out", default="results/profile.h5", help="HDF5 file to write")
+    q.add_argument("--out", default="results/profile.h5",
+                   help="HDF5 result file the profile is appended to (plan reads the newest)")
     q.add_argument("--sizes", default="4K,64K,1M,4M,16M", help="allreduce sizes in bytes")
     q.add_argument("--blocks", default="auto",
                    help="block counts, comma-separated, 0 = the library's own choice (no "
@@ -154,7 +164,8 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--nodes", type=int, default=8, help="data-parallel ranks (one per node)")
     q.add_argument("--block-gbps", type=float, default=25.0, help="most one block moves (Gb/s)")
     q.add_argument("--tflops", type=float, default=12.0, help="device backward speed (TFLOP/s)")
-    q.add_argument("--out", default="results/simulate.h5", help="HDF5 file ('' for none)")
+    q.add_argument("--out", default="results/simulate.h5",
+                   help="HDF5 result file the run is appended to ('' for none)")
     q.add_argument("--png", default="results/simulate.png", help="plot file ('' for none)")
     q.set_defaults(fn=cmd_simulate)
     return p

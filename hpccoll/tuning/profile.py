@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 
-KIND = "hpccoll.tuning.profile"
+KIND = "tuning.profile"
 SOURCES = ("measured", "model")
 
 
@@ -81,43 +81,66 @@ class Profile:
         up, so measured factors below 1 (noise) count as 1."""
         return max(1.0, float(self.slowdown[self._col(b)]))
 
-    # -- HDF5 ---------------------------------------------------------------------------
-    def save(self, path: str, env: Optional[dict] = None) -> None:
-        from .store import write_attrs, h5open
-        with h5open(path, "w") as f:
-            f.attrs["kind"] = KIND
-            f.attrs["format"] = 1
-            write_attrs(f, env or {})
-            write_attrs(f, {f"profile.{k}": v for k, v in self.attrs.items()})
-            f.create_dataset("sizes", data=self.sizes).attrs["units"] = "bytes"
-            d = f.create_dataset("blocks", data=self.blocks)
-            d.attrs["doc"] = "block counts (CPU: reduction threads); 0 = library default"
-            d = f.create_dataset("comm_time", data=self.comm_time)
-            d.attrs.update(units="s", source=self.sources["comm_time"],
-                           doc="allreduce time, sizes x blocks (median over repeats of the "
-                               "slowest rank when measured)")
-            d = f.create_dataset("slowdown", data=self.slowdown)
-            d.attrs.update(source=self.sources["slowdown"],
-                           doc="compute kernel time with an allreduce of each block count in "
-                               "flight / alone (medians)")
+    # -- HDF5: a run of kind tuning.profile (docs/results.md, docs/tuning.md) -------------
+    def save(self, path: str, env: Optional[dict] = None):
+        """Append this profile to the result file ``path`` as a run; returns the file it
+        landed in (``path``, unless it could not be locked: see hpccoll.h5log)."""
+        from .. import h5log
+        attrs = dict(env or {}, sources=dict(self.sources),
+                     **{f"profile.{k}": v for k, v in self.attrs.items()})
+        run = h5log.RunWriter(path, "profile", attrs, kind=KIND)
+        with run:
+            run.array("sizes", self.sizes, {"units": "bytes"})
+            run.array("blocks", self.blocks, {"doc": "block counts (CPU: reduction threads); "
+                                                     "0 = library default"})
+            run.array("comm_time", self.comm_time, {
+                "units": "s", "source": self.sources["comm_time"],
+                "doc": "allreduce time, sizes x blocks (median over repeats of the slowest "
+                       "rank when measured)"})
+            run.array("slowdown", self.slowdown, {
+                "source": self.sources["slowdown"],
+                "doc": "compute kernel time with an allreduce of each block count in flight "
+                       "/ alone (flight over work, the largest over ranks)"})
             for name, arr in self.samples.items():
-                f.create_dataset(f"samples/{name}", data=np.asarray(arr)).attrs["source"] = "measured"
+                run.array(f"samples/{name}", np.asarray(arr), {"source": "measured"})
+        return run.final_path
 
     @classmethod
     def load(cls, path: str) -> "Profile":
-        import h5py
+        """The newest profile in the result file ``path`` (a profile file of an earlier
+        hpccoll too)."""
+        from .. import h5log
         try:
-            f = h5py.File(path, "r")
+            runs = h5log.read(path)
+        except ValueError as exc:
+            raise ArgumentError(f"profile: {path!r} is not an hpccoll profile ({exc})") from None
         except OSError as exc:
             raise ArgumentError(f"profile: cannot open {path!r} as HDF5 ({exc})") from None
-        with f:
-            if f.attrs.get("kind") != KIND:
-                raise ArgumentError(f"profile: {path!r} is not an hpccoll profile "
-                                    f"(kind={f.attrs.get('kind')!r})")
-            from .store import read_attrs
-            attrs = {k[len("profile."):]: v for k, v in read_attrs(f).items()
-                     if k.startswith("profile.")}
-            samples = {k: f["samples"][k][()] for k in f["samples"]} if "samples" in f else {}
-            return cls(f["sizes"][()], f["blocks"][()], f["comm_time"][()], f["slowdown"][()],
-                       {"comm_time": str(f["comm_time"].attrs["source"]),
-                        "slowdown": str(f["slowdown"].attrs["source"])}, attrs, samples)
+        mine = [r for r in runs if r.kind == KIND]
+        if not mine:
+            kinds = sorted({r.kind or "untyped" for r in runs})
+            raise ArgumentError(f"profile: {path!r} is not an hpccoll profile (its runs: "
+                                f"{', '.join(kinds) or 'none'})")
+        return cls.from_run(mine[-1])
+
+    @classmethod
+    def from_run(cls, run) -> "Profile":
+        a = run.arrays
+        sources = run.attrs.get("sources") or {    # files of earlier versions: per dataset
+            k: str(run.array_attrs[k].get("source")) for k in ("comm_time", "slowdown")}
+        attrs = {k[len("profile."):]: v for k, v in run.attrs.items() if k.startswith("profile.")}
+        samples = {k[len("samples/"):]: v for k, v in a.items() if k.startswith("samples/")}
+        return cls(a["sizes"], a["blocks"], a["comm_time"], a["slowdown"], sources, attrs, samples)
+
+    def table(self) -> list:
+        """The profile as text lines: T in us by size and block count, and the slowdown."""
+        from ..timing import human_bytes
+        names = ["default" if b == 0 else str(b) for b in self.block_list]
+        lines = [f"allreduce time in us ({self.sources['comm_time']}), by block count:",
+                 f"{'size':>10}" + "".join(f"{n:>10}" for n in names)]
+        for i, s in enumerate(self.sizes):
+            lines.append(f"{human_bytes(int(s)):>10}"
+                         + "".join(f"{t * 1e6:>10.1f}" for t in self.comm_time[i]))
+        lines.append(f"compute slowdown ({self.sources['slowdown']}, {self.attrs.get('kernel', '')}): "
+                     + ", ".join(f"{n}: {s:.3f}" for n, s in zip(names, self.slowdown)))
+        return lines

@@ -8,9 +8,9 @@ import numpy as np
 
 from . import baselines, layers
 from .simulate import simulate
-from .store import h5open, write_attrs
 
 SPEEDS = (10, 25, 50, 100, 200, 400)
+KIND = "tuning.simulate"
 
 
 def run(models=tuple(layers.ARCHITECTURES), speeds=SPEEDS, net=layers.Network(),
@@ -53,26 +53,48 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def save(res: dict, path: str, env: dict) -> None:
+def save(res: dict, path: str, env: dict):
+    """Append the simulation to the result file ``path`` as a run of kind tuning.simulate;
+    returns the file it landed in."""
     from dataclasses import asdict
-    with h5open(path, "w") as f:
-        f.attrs["kind"] = "hpccoll.tuning.simulate"
-        write_attrs(f, env)
-        write_attrs(f, {f"network.{k}": v for k, v in asdict(res["net"]).items()})
-        write_attrs(f, {f"device.{k}": v for k, v in asdict(res["dev"]).items()})
-        f.attrs["source"] = "model: simulated under the analytic device/network model"
-        f.create_dataset("models", data=np.array(res["models"], dtype="S"))
-        f.create_dataset("speeds_gbps", data=np.array(res["speeds"], dtype=float))
-        f.create_dataset("methods", data=np.array(res["methods"], dtype="S"))
-        d = f.create_dataset("backward_time", data=res["backward"])
-        d.attrs.update(units="s", dims="model x speed x method")
-        f.create_dataset("buckets", data=res["buckets"]).attrs["dims"] = "model x speed x method"
-        f.create_dataset("compute_time", data=res["compute"]).attrs["units"] = "s"
-        g = f.create_group("plans")
+    from .. import h5log
+    attrs = dict(env, source="model: simulated under the analytic device/network model",
+                 **{f"network.{k}": v for k, v in asdict(res["net"]).items()},
+                 **{f"device.{k}": v for k, v in asdict(res["dev"]).items()})
+    run = h5log.RunWriter(path, "simulate", attrs, kind=KIND)
+    with run:
+        run.array("models", np.array(res["models"]))
+        run.array("speeds_gbps", np.array(res["speeds"], dtype=float), {"units": "Gb/s"})
+        run.array("methods", np.array(res["methods"]))
+        run.array("backward_time", res["backward"], {"units": "s", "dims": "model x speed x method"})
+        run.array("buckets", res["buckets"], {"dims": "model x speed x method"})
+        run.array("compute_time", res["compute"], {"units": "s"})
         for (model, speed, name), p in res["plans"].items():
-            d = g.create_dataset(f"{model}/{speed:g}/{name}",
-                                 data=np.array([p.ends, p.blocks], dtype=np.int64))
-            d.attrs["rows"] = "bucket end (exclusive), blocks"
+            run.array(f"plans/{model}/{speed:g}/{name}", np.array([p.ends, p.blocks], dtype=np.int64),
+                      {"rows": "bucket end (exclusive), blocks"})
+    return run.final_path
+
+
+def from_run(run) -> dict:
+    """``run()``'s result back from a tuning.simulate run, for ``table``."""
+    from dataclasses import fields
+    from .model import Plan
+    a = run.arrays
+
+    def settings(cls, prefix):
+        values = {f.name: run.attrs[prefix + f.name] for f in fields(cls) if prefix + f.name in run.attrs}
+        return replace(cls(), **{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+    models, methods = [str(m) for m in a["models"]], [str(m) for m in a["methods"]]
+    speeds = [float(g) for g in a["speeds_gbps"]]
+    plans = {}
+    for m in models:
+        for g in speeds:
+            for name in methods:
+                ends, blocks = a[f"plans/{m}/{g:g}/{name}"]
+                plans[(m, g, name)] = Plan(tuple(int(x) for x in ends), tuple(int(x) for x in blocks))
+    return {"models": models, "speeds": speeds, "methods": methods, "backward": a["backward_time"],
+            "buckets": a["buckets"], "compute": a["compute_time"], "plans": plans,
+            "net": settings(layers.Network, "network."), "dev": settings(layers.Device, "device.")}
 
 
 def plot(res: dict, path: str) -> None:

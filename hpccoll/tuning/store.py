@@ -1,27 +1,17 @@
-"""HDF5 helpers of the tuning tools: open and always close, and attributes and the
-environment in hpccoll.h5log's conventions (JSON for anything not a scalar), so that
-h5log's readers understand the tuning files too."""
+"""HDF5 helpers around hpccoll.h5log for the tuning tools and examples/train_dp.py: the
+environment attributes, the attribute encoding (JSON for anything not a scalar), and a
+crash-safe file written whole."""
 from __future__ import annotations
-
-import contextlib
-from pathlib import Path
 
 from .. import h5log
 
 
-@contextlib.contextmanager
 def h5open(path: str, mode: str = "w"):
-    """h5py.File that is flushed and closed even when the writer fails half-way."""
-    import h5py
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    f = h5py.File(path, mode)
-    try:
-        yield f
-    finally:
-        try:
-            f.flush()
-        finally:
-            f.close()
+    """A file written whole in a layout of its own (examples/train_dp.py's), crash-safely:
+    hpccoll.h5log.whole_file.  Tools write runs with hpccoll.h5log.RunWriter instead."""
+    if mode != "w":
+        raise ValueError(f"mode: h5open writes a file whole ('w'), got {mode!r}")
+    return h5log.whole_file(path)
 
 
 write_attrs = h5log.write_attrs    # one attribute encoding for every hpccoll HDF5 file

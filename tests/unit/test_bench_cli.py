@@ -162,34 +162,75 @@ def test_a_failing_rank_aborts_the_job_and_keeps_what_was_measured(rank, tmp_pat
         assert not out.exists() or h5log.read(out)[0].attrs["status"] == "failed"
 
 
+def start_bench(*args, stderr=subprocess.DEVNULL, timeout=120):
+    """hpccoll-bench at 2 ranks in the background, in a session of its own."""
+    env = dict(os.environ, MPIEXEC_TIMEOUT=str(timeout))
+    cmd = launch.mpiexec_args(2) + [sys.executable, "-m", "hpccoll.bench", *map(str, args)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
+                            start_new_session=True)
+
+
+def read_rows(proc, n: int) -> str:
+    """Its output until n table rows are printed (they are measured and logged by then)."""
+    text, rows = "", 0
+    while rows < n:
+        ln = proc.stdout.readline()
+        assert ln, "the benchmark ended early"
+        text += ln
+        rows += not ln.startswith("#")
+    return text
+
+
+def kill_session(proc) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def test_killed_benchmark_leaves_the_previous_file_complete(tmp_path):
     out = tmp_path / "r.h5"
     with h5log.RunWriter(out, "earlier") as run:
         run.table("allreduce").append([{"size": 8, "time_us": 1.0}])
     before = out.read_bytes()
-    env = dict(os.environ, MPIEXEC_TIMEOUT="120")
-    cmd = launch.mpiexec_args(2) + [sys.executable, "-m", "hpccoll.bench", "allreduce", "-b", "8",
-                                    "-e", "1G", "-i", "8", "-n", "1", "-w", "0", "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=env, start_new_session=True)
+    proc = start_bench("allreduce", "-b", "8", "-e", "1G", "-i", "8", "-n", "1", "-w", "0",
+                       "--out", out)
     try:
-        lines = 0
-        while lines < 3:                       # rows are being measured and logged
-            ln = proc.stdout.readline()
-            assert ln, "benchmark ended early"
-            lines += not ln.startswith("#")
+        read_rows(proc, 3)
         (tmp,) = tmp_path.glob(".r.h5.tmp-*")
         writer = int(tmp.name.rsplit("-", 1)[1])                     # rank 0
         unlink_mpi_shm(f"/proc/{writer}/maps")   # what MPICH would leave in /dev/shm
         os.kill(writer, signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        kill_session(proc)
     assert out.read_bytes() == before
     (run,) = h5log.read(out)
     assert run.label == "earlier" and run.attrs["status"] == "complete"
+
+
+def test_two_jobs_appending_to_one_file_both_land(tmp_path):
+    """Finding 2 of issue 18: `hpccoll-bench allreduce ... --out c.h5 &`, then a second job
+    appending an allgather to c.h5 while the first still runs.  Both runs must be in the
+    file, under the names each job printed."""
+    out = tmp_path / "c.h5"
+    first = start_bench("allreduce", "-b", "8", "-e", "16M", "-f", "2", "-n", "40", "-w", "1",
+                        "--out", out, stderr=subprocess.PIPE, timeout=150)
+    try:
+        head = read_rows(first, 1)             # its run is open
+        second = bench(2, "allgather", "-b", "8", "-e", "1K", "-f", "4", "-n", "1", "-w", "0",
+                       "--out", out)
+        assert first.poll() is None, "the jobs must overlap for this test to show anything"
+        rest, err = first.communicate(timeout=150)
+    finally:
+        kill_session(first)
+    assert first.returncode == 0 and second.returncode == 0, err + second.stderr
+    runs = h5log.read(out)
+    assert sorted(r.label for r in runs) == ["allgather", "allreduce"]
+    assert {r.name: r.attrs["status"] for r in runs} == {"0000_allgather": "complete",
+                                                        "0001_allreduce": "complete"}
+    assert f"Results written to {out} (run 0000_allgather)" in second.stdout
+    assert f"Results written to {out} (run 0001_allreduce)" in head + rest
+    assert len(runs[1].tables["allreduce"]) == 22 * 2       # 8 B..16 MiB, both placements
 
 
 def test_every_column_and_attribute_is_documented(compare_run):

@@ -85,3 +85,17 @@ def test_grid_dims():
     for n in range(1, 13):
         dp, tp, pp = grid_dims(n)
         assert dp * tp * pp == n
+
+
+def test_a_rank_failing_alone_aborts_the_job_at_once():
+    """Issue 18, finding 8 (a): an error on one rank only (not hpccoll's, so not raised
+    alike) must not leave the others waiting: the job is aborted with it, long before the
+    watchdog (30 s here) or close()'s wait would end the others' collectives."""
+    import time
+    from pathlib import Path
+    fault = str(Path(__file__).parents[1] / "scripts" / "tool_fault.py")
+    t0 = time.monotonic()
+    proc = launch.run(2, [fault, "chaos", "1", "--iters", "3", "--timeout", "30"], timeout=120)
+    assert proc.returncode != 0
+    assert time.monotonic() - t0 < 20, "the other rank was left waiting"
+    assert "hpccoll.chaos: rank 1 failed" in proc.stderr and "injected fault" in proc.stderr

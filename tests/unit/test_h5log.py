@@ -1,6 +1,7 @@
-"""HDF5 result logs: the schema round-trips, runs append as groups, a failing run keeps
-its rows, the environment attributes are there, and a killed writer never leaves a
-corrupt file under the real name."""
+"""HDF5 result files: the schema round-trips (tables, arrays, kinds), runs append as
+groups, a failing run keeps its rows, the environment attributes are there, a killed
+writer never leaves a corrupt file under the real name, writers in separate processes
+that overlap in time all land, and a run that cannot join its file is kept beside it."""
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from hpccoll import h5log
 from hpccoll.config import resolve
 
 WRITER = str(Path(__file__).parents[1] / "scripts" / "h5_writer.py")
+APPEND = str(Path(__file__).parents[1] / "scripts" / "h5_append.py")
 ROOT = str(Path(__file__).parents[2])
 
 
@@ -49,6 +51,7 @@ def test_schema_round_trip(tmp_path):
     assert list(r.traces["allreduce"][0]["yield_times"]) == [1.0, 1.5]
     with h5py.File(path) as f:
         assert f.attrs["schema"] == "hpccoll-results" and f.attrs["schema_version"] == h5log.SCHEMA_VERSION
+        assert f["runs"][r.name].attrs["kind"] == "" and r.kind == ""
         assert f["runs"][r.name]["tables"]["allreduce"].dtype.names[:2] == ("coll", "size")
 
 
@@ -92,8 +95,137 @@ def test_bad_rows_and_files_are_named(tmp_path):
         h5log.read(newer)
     with pytest.raises(ValueError, match="newer"):
         h5log.RunWriter(newer, "x")
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        h5log.RunWriter(tmp_path / "no" / "r.h5", "x")
+    with pytest.raises(ValueError, match="label"):
+        h5log.RunWriter(tmp_path / "r.h5", "a/b")
+    with pytest.raises(TypeError, match="array 'o'"):
+        with h5log.RunWriter(tmp_path / "r.h5", "x") as run:
+            run.array("o", np.array([{}, 1], dtype=object))
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["x"] = 1
+    with pytest.raises(ValueError, match="not an hpccoll result file"):
+        h5log.RunWriter(foreign, "x")
+    with pytest.raises(ValueError, match="not an hpccoll result file"):
+        h5log.read(foreign)
+
+
+def test_missing_directories_are_created(tmp_path):
+    path = tmp_path / "no" / "such" / "r.h5"
+    h5log.write_record(path, "test", "x", tables={"t": _rows(1)})
+    assert [r.label for r in h5log.read(path)] == ["x"]
+
+
+def test_kinds_arrays_and_one_shot_records(tmp_path):
+    path = tmp_path / "r.h5"
+    m = np.arange(12.0).reshape(3, 4)
+    w = h5log.write_record(path, "tuning.profile", "profile", {"nranks": 2},
+                           tables={"t": _rows(2)},
+                           arrays={"m": (m, {"units": "s"}), "deep/names": np.array(["a", "bc"])})
+    assert w.final_path == path and w.name == "0000_profile"
+    with h5log.RunWriter(path, "allreduce", {"tool": "hpccoll-bench", "kind": "bench"}) as run:
+        run.table("allreduce").append(_rows(1))
+    older = h5log.RunWriter(path, "old", {"tool": "hpccoll-bench"})   # no kind: as in version 1
+    older.group.attrs.pop("kind")
+    older.close()
+    a, b, c = h5log.read(path)
+    assert (a.kind, b.kind, c.kind) == ("tuning.profile", "bench", "bench")
+    assert np.array_equal(a.arrays["m"], m) and a.array_attrs["m"] == {"units": "s"}
+    assert list(a.arrays["deep/names"]) == ["a", "bc"]
+    assert len(a.tables["t"]) == 2 and a.attrs["nranks"] == 2
+    assert b.attrs["status"] == "complete" and not b.arrays
+
+
+def _writer(out, label, rows):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.Popen([sys.executable, APPEND, str(out), label, str(rows)], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("OPEN"), line + proc.stderr.read()
+    return proc
+
+
+def _landed(proc):
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    _, path, name = out.split()
+    return Path(path), name, err
+
+
+def test_writers_that_overlap_in_time_all_land(tmp_path):
+    """Finding 2 of issue 18: two jobs appending to one file while both run.  Each writer
+    is a process of its own; all of them have their run open at once, then they finish
+    (the later-opened first, then all at once) and every run is in the file."""
+    out = tmp_path / "c.h5"
+    h5log.write_record(out, "test", "before", tables={"t": _rows(1)})
+    first, second = _writer(out, "allreduce", 3), _writer(out, "allgather", 5)
+    second.stdin.write("close\n")
+    second.stdin.flush()
+    assert _landed(second)[:2] == (out, "0001_allgather")
+    first.stdin.write("close\n")
+    first.stdin.flush()
+    assert _landed(first)[:2] == (out, "0002_allreduce")
+    many = [_writer(out, f"w{k}", k + 1) for k in range(4)]
+    for p in many:                  # released together: their merges contend for the lock
+        p.stdin.write("close\n")
+        p.stdin.flush()
+    names = [_landed(p)[1] for p in many]
+    runs = h5log.read(out)
+    assert [r.name for r in runs][:3] == ["0000_before", "0001_allgather", "0002_allreduce"]
+    assert sorted(r.name for r in runs[3:]) == sorted(names)
+    assert sorted(r.name[5:] for r in runs[3:]) == ["w0", "w1", "w2", "w3"]
+    for r in runs[1:]:
+        assert r.attrs["writer"] == r.label and r.attrs["status"] == "complete"
+        assert [row["writer"] for row in r.tables["t"]] == [r.label] * int(r.arrays["m"][0, 0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.h5"]   # no temporary, no lock
+
+
+def test_a_run_that_cannot_take_the_lock_is_kept_in_a_file_of_its_own(tmp_path, capsys):
+    out = tmp_path / "c.h5"
+    h5log.write_record(out, "test", "before", tables={"t": _rows(1)})
+    before = out.read_bytes()
+    run = h5log.RunWriter(out, "late", lock_timeout=0.2)
+    run.table("t").append(_rows(2))
+    with h5log.locked(out):             # another writer that does not let go
+        aside = run.close()
+    assert aside != out and aside.parent == out.parent and aside.name.startswith("c-late-")
+    assert out.read_bytes() == before
+    (r,) = h5log.read(aside)
+    assert r.name == "0000_late" and len(r.tables["t"]) == 2
+    err = capsys.readouterr().err
+    assert "held its lock" in err and f"nothing was written to {out}; the run 'late' is kept in {aside}" in err and str(aside) in err
+
+
+def test_stamping_attributes_keeps_what_is_there(tmp_path):
+    out = tmp_path / "c.h5"
+    h5log.write_record(out, "test", "x", tables={"t": _rows(1)})
+    assert h5log.update_file_attrs(out, {"SLURM_JOB_ID": "7", "schema": "other"}) == ["SLURM_JOB_ID"]
+    with h5py.File(out) as f:
+        assert f.attrs["SLURM_JOB_ID"] == "7" and f.attrs["schema"] == "hpccoll-results"
+    assert [r.label for r in h5log.read(out)] == ["x"]
+
+
+def test_files_of_earlier_versions_read_as_one_run(tmp_path):
+    chaos = tmp_path / "chaos.h5"
+    with h5py.File(chaos, "w") as f:
+        f.attrs["schema"] = "hpccoll.chaos/1"
+        f.attrs["ok"] = True
+        f["outcomes"] = np.array([(0, b"fifo")], dtype=[("rank", "i4"), ("policy", "S8")])
+    (r,) = h5log.read(chaos)
+    assert r.kind == "chaos" and r.attrs["ok"] and r.tables["outcomes"] == [{"rank": 0, "policy": "fifo"}]
+    prof = tmp_path / "prof.h5"
+    with h5py.File(prof, "w") as f:
+        f.attrs["kind"] = "hpccoll.tuning.profile"
+        f["sizes"] = np.array([8, 16])
+        f["samples/x"] = np.ones(3)
+        f["sizes"].attrs["units"] = "bytes"
+    (r,) = h5log.read(prof)
+    assert r.kind == "tuning.profile" and list(r.arrays["sizes"]) == [8, 16]
+    assert r.array_attrs["sizes"] == {"units": "bytes"} and r.arrays["samples/x"].shape == (3,)
+    with pytest.raises(ValueError, match="earlier hpccoll .* choose another file"):
+        h5log.RunWriter(chaos, "x")          # appended to only in the current layout
+    assert "earlier hpccoll" in h5log.append_problem(prof)
+    assert h5log.append_problem(tmp_path / "new.h5") is None
 
 
 def test_environment_attrs(monkeypatch):
@@ -143,3 +275,53 @@ def test_killed_writer_leaves_the_previous_file_complete(tmp_path):
     assert out.read_bytes() == before
     (r,) = h5log.read(out)
     assert r.label == "earlier" and r.attrs["status"] == "complete" and len(r.tables["t"]) == 4
+
+
+def test_a_file_written_whole_lands_at_the_end_also_when_it_fails(tmp_path):
+    """h5log.whole_file (examples/train_dp.py's file, through tuning.store.h5open)."""
+    from hpccoll.tuning.store import h5open
+    out = tmp_path / "sub" / "train.h5"
+    with h5open(out) as f:
+        f["steps/t"] = np.arange(3.0)
+        assert not out.exists()                 # only once the block ends
+    with pytest.raises(RuntimeError):
+        with h5open(out) as f:
+            f["steps/t"] = np.arange(2.0)
+            with h5py.File(out) as old:         # meanwhile the earlier file is whole
+                assert old["steps/t"].shape == (3,)
+            raise RuntimeError("diverged")
+    with h5py.File(out) as f:
+        assert f["steps/t"].shape == (2,) and f.attrs["status"] == "failed"
+        assert "diverged" in f.attrs["error"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["train.h5"]
+    with pytest.raises(ValueError, match="mode"):
+        h5open(out, "a")
+
+
+def test_writing_examples_in_docs_run(tmp_path):
+    """docs/results.md's examples of a tool's own record kind, as written, on 2 ranks:
+    rank 0 writes its run, then every rank dumps a record into one file at once."""
+    import re
+
+    from tests import launch
+    doc = (Path(ROOT) / "docs" / "results.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", doc, re.S | re.M)
+    [own] = [b for b in blocks if "h5log.RunWriter(" in b]
+    [dump] = [b for b in blocks if "h5log.write_record(" in b]
+    script = tmp_path / "docs_example.py"
+    script.write_text("\n".join([
+        "import numpy as np", "import hpccoll", "from mpi4py import MPI", "from hpccoll import h5log",
+        "ctx = hpccoll.init()", "rank = ctx.rank",
+        f"path = {str(tmp_path / 'dump.h5')!r}",
+        "rows = [{'seq': 3, 'coll': 'allreduce'}]", "array = np.arange(4.0)",
+        own.replace('"tuning.h5"', repr(str(tmp_path / "tuning.h5"))),
+        "MPI.COMM_WORLD.Barrier()", dump, "ctx.close()"]))
+    proc = launch.run(2, [str(script)], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = h5log.read(tmp_path / "tuning.h5")
+    assert run.kind == "my-tool" and run.attrs["converged"] is True and run.attrs["nranks"] == 2
+    assert run.tables["allocations"][0]["blocks"] == 4 and run.arrays["matrix"].shape == (4, 4)
+    dumps = h5log.read(tmp_path / "dump.h5")
+    assert sorted(r.label for r in dumps) == ["rank0", "rank1"]
+    assert all(r.kind == "flight" and r.tables["collectives"] == [{"seq": 3, "coll": "allreduce"}]
+               and r.attrs["reason"] == "CollectiveTimeout" for r in dumps)

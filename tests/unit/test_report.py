@@ -113,7 +113,7 @@ def test_errors_name_the_problem(result, tmp_path, capsys):
     assert report([str(result), "--baseline", "nccl"]) == 2
     assert "--baseline: expected a result file or a library" in capsys.readouterr().err
     plain = tmp_path / "plain.h5"
-    with h5log.RunWriter(plain, "x") as w:
+    with h5log.RunWriter(plain, "x", kind="bench") as w:
         w.table("allreduce").append(h5log.read(result)[0].tables["allreduce"][:2])
     assert report([str(plain), "--chrome-trace", str(tmp_path / "t.json"), "--quiet"]) == 2
     assert "no engine traces" in capsys.readouterr().err
@@ -136,3 +136,43 @@ def test_timeline_puts_overlapping_collectives_on_separate_tracks():
     assert x["alltoall"]["args"]["queued_us"] == pytest.approx(1e5)
     assert [e["ts"] for e in doc["traceEvents"] if e["ph"] == "i"] == pytest.approx([1e5, 2e5])
     json.dumps(doc)    # serializable as is
+
+
+def test_every_kind_of_run_reads(result, tmp_path, capsys):
+    """One file with a benchmark run, a chaos job's run, a profile, a simulation and a kind
+    hpccoll-report does not know: tables for the benchmark, each other run as its tool
+    summarizes it, a listing for the unknown one."""
+    import shutil
+
+    from hpccoll.results import summary
+    from hpccoll.tuning import layers, report as tuning_report
+    path = tmp_path / "all.h5"
+    shutil.copy(result, path)
+    proc = launch.run(2, ["-m", "hpccoll.chaos", "abba", "--iters", "1", "--timeout", "5",
+                          "--out", str(path)], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    prof = layers.model_profile(layers.Network(link_gbps=100))
+    prof.save(str(path), {"nranks": 8})
+    sim = tuning_report.run(("resnet50",), (10, 100))
+    tuning_report.save(sim, str(path), {})
+    h5log.write_record(path, "flight", "rank1", {"nranks": 2, "reason": "timeout"},
+                       tables={"ring": [{"seq": 3, "coll": "allreduce", "state": "waiting"}]},
+                       arrays={"peers": np.array([0, 1])})
+    assert report([str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "allreduce float sum, out-of-place:" in text             # the benchmark's table
+    chaos_run = h5log.read(path)[1]
+    assert "\n".join(summary(chaos_run.attrs, chaos_run.tables["outcomes"])) in text
+    assert f"run {chaos_run.name}: hpccoll.chaos abba, 2 ranks" in text
+    assert "\n".join(prof.table()) in text
+    assert tuning_report.table(sim) in text
+    assert "run 0004_rank1: flight rank1, 2 ranks" in text
+    assert "tables/ring: 1 rows (seq, coll, state)" in text and "arrays/peers: int64 2" in text
+    assert "reason=timeout" in text
+    # a file without benchmark runs: the summaries, and a clear error for benchmark options
+    solo = tmp_path / "profile.h5"
+    prof.save(str(solo))
+    assert report([str(solo)]) == 0
+    assert "\n".join(prof.table()) in capsys.readouterr().out
+    assert report([str(solo), "--plot", str(tmp_path / "p")]) == 2
+    assert "--plot: no benchmark results in" in capsys.readouterr().err

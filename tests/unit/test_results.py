@@ -1,5 +1,5 @@
-"""HDF5 results of the deadlock workloads (hpccoll/results.py) and the Slurm helpers the
-templates use (hpccoll/slurm.py), under real mpiexec jobs."""
+"""The deadlock workloads' runs in result files (hpccoll/results.py) and the Slurm helpers
+the templates use (hpccoll/slurm.py), under real mpiexec jobs."""
 import subprocess
 import sys
 
@@ -8,10 +8,6 @@ import pytest
 
 from hpccoll import h5log, slurm
 from tests import launch
-
-
-def text(x):
-    return x.decode() if isinstance(x, bytes) else x
 
 
 def chaos(n, tmp_path, *extra, env=None):
@@ -24,43 +20,60 @@ def chaos(n, tmp_path, *extra, env=None):
 def test_chaos_out_table_and_attributes(tmp_path):
     proc, out = chaos(2, tmp_path, env={"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "2"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    with h5py.File(out) as f:
-        rows = f["outcomes"][:]
-        attrs = dict(f.attrs)
-    assert sorted((int(r["rank"]), text(r["policy"])) for r in rows) == sorted(
+    (run,) = h5log.read(out)
+    rows, attrs = run.tables["outcomes"], run.attrs
+    assert (run.kind, run.name, attrs["status"]) == ("chaos", "0000_abba", "complete")
+    assert sorted((r["rank"], r["policy"]) for r in rows) == sorted(
         (rank, p) for rank in range(2) for p in ("preemptive", "ordered", "fifo"))
     for r in rows:
-        want = "timeout" if text(r["policy"]) == "fifo" else "complete"
-        assert text(r["outcome"]) == text(r["expected"]) == want
+        want = "timeout" if r["policy"] == "fifo" else "complete"
+        assert r["outcome"] == r["expected"] == want
         assert r["n_wrong"] == 0
         if want == "complete":
             assert r["iters"] == 2
         else:
-            assert "circular wait" in text(r["detail"])
-    assert attrs["schema"] == "hpccoll.chaos/1" and attrs["scenario"] == "abba"
-    assert bool(attrs["ok"]) and attrs["ranks"] == 2 and len(attrs["hosts"]) == 2
+            assert "circular wait" in r["detail"]
+    assert attrs["tool"] == "hpccoll.chaos" and attrs["scenario"] == "abba"
+    assert attrs["ok"] is True and attrs["nranks"] == 2 and len(attrs["rank_hosts"]) == 2
     assert attrs["SLURM_JOB_ID"] == "4242" and attrs["SLURM_NTASKS"] == "2"
-    assert "MPI" in attrs["mpi_library"] and attrs["hpccoll_version"]
-    assert "hpccoll.chaos abba" in attrs["command"]
+    assert "MPI" in attrs["mpi_library_version"] and attrs["hpccoll_version"]
+    assert "-m hpccoll.chaos abba --policy all" in attrs["command_line"]
     assert [p.name for p in out.parent.iterdir()] == ["chaos.h5"]     # no temporary left
-    # and what every hpccoll result file records, under the same names (docs/results.md)
-    with h5py.File(out) as f:
-        common = h5log.read_attrs(f)
-    assert "git_revision" in common and common["nranks"] == 2 and len(common["rank_hosts"]) == 2
-    assert common["settings"]["timeout"] == 3.0 and common["settings_sources"]["timeout"] == "argument"
-    assert "policy" not in common                       # one per row of /outcomes
-    assert common["mpi_library_version"] == attrs["mpi_library"]
-    assert common["environment"]["SLURM_JOB_ID"] == "4242"
+    # and what every hpccoll run records, under the same names (docs/results.md)
+    assert "git_revision" in attrs and attrs["start_time"] < attrs["end_time"]
+    assert attrs["settings"]["timeout"] == 3.0 and attrs["settings_sources"]["timeout"] == "argument"
+    assert "policy" not in attrs                       # one per row of the table
+    assert attrs["environment"]["SLURM_JOB_ID"] == "4242"
+    # the summary hpccoll-report prints from the file is the one the job printed
+    from hpccoll.results import summary
+    printed = proc.stdout[proc.stdout.index("chaos abba:"):].splitlines()
+    assert summary(attrs, rows) == printed[:len(summary(attrs, rows))]
 
 
 def test_chaos_out_when_the_check_fails(tmp_path):
-    """--expect timeout cannot be met by preemptive: exit 1, and the file says why."""
+    """--expect timeout cannot be met by preemptive: exit 1, and the run says why."""
     proc, out = chaos(2, tmp_path, "--expect", "timeout")
     assert proc.returncode != 0
-    with h5py.File(out) as f:
-        assert not f.attrs["ok"]
-        got = {text(r["policy"]): text(r["outcome"]) for r in f["outcomes"][:]}
+    (run,) = h5log.read(out)
+    assert run.attrs["ok"] is False and run.attrs["status"] == "wrong-results"
+    got = {r["policy"]: r["outcome"] for r in run.tables["outcomes"]}
     assert got == {"preemptive": "complete", "ordered": "complete", "fifo": "timeout"}
+
+
+def test_chaos_runs_append_and_the_watchdog_is_required(tmp_path):
+    proc, out = chaos(2, tmp_path, "--policy", "preemptive")
+    assert proc.returncode == 0, proc.stderr
+    (run,) = h5log.read(out)
+    assert [r["policy"] for r in run.tables["outcomes"]] == ["preemptive"] * 2
+    assert len(h5log.read(out)) == 1
+    proc = launch.run(2, ["-m", "hpccoll.chaos", "latin", "--iters", "1", "--out", str(out)],
+                      timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [r.name for r in h5log.read(out)] == ["0000_abba", "0001_latin"]
+    for bad in ("0", "nan", "-1"):
+        proc = subprocess.run([sys.executable, "-m", "hpccoll.chaos", "abba", "--timeout", bad],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "--timeout: expected seconds > 0" in proc.stderr
 
 
 def test_stamp_adds_slurm_variables_without_overwriting(tmp_path):
@@ -95,10 +108,10 @@ def test_cli_usage_errors(argv):
 
 
 def test_reading_example_in_docs_runs(tmp_path):
-    """docs/slurm.md shows how to read a chaos file: run it on a real one."""
+    """docs/results.md shows how to read a chaos run: run it on a real one."""
     import re
     from pathlib import Path
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "slurm.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "results.md").read_text()
     [snippet] = [s for s in re.findall(r"```python\n(.*?)```", doc, re.S) if "outcomes" in s]
     proc, out = chaos(2, tmp_path, env={"SLURM_JOB_ID": "77"})
     assert proc.returncode == 0, proc.stderr
@@ -109,3 +122,17 @@ def test_reading_example_in_docs_runs(tmp_path):
     lines = run.stdout.splitlines()
     assert lines[0] == "77 2 ok" and len(lines) == 1 + 2 * 3
     assert "1 fifo timeout 0" in lines
+
+
+def test_an_out_file_runs_cannot_join_is_refused_before_the_run(tmp_path):
+    """A chaos file of an earlier hpccoll: refused at the start (exit 2, naming --out),
+    not after the run, whose outcome would then be lost; the file is left as it was."""
+    old = tmp_path / "old.h5"
+    with h5py.File(old, "w") as f:
+        f.attrs["schema"] = "hpccoll.chaos/1"
+    before = old.read_bytes()
+    proc = launch.run(2, ["-m", "hpccoll.chaos", "abba", "--iters", "1", "--out", str(old)],
+                      timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("argument --out:") == 1 and "earlier hpccoll" in proc.stderr
+    assert "chaos abba" not in proc.stdout and old.read_bytes() == before

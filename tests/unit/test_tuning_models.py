@@ -7,6 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
+from hpccoll import h5log
 from hpccoll.errors import ArgumentError
 from hpccoll.tuning import Profile, baselines, layers
 from hpccoll.tuning import report
@@ -28,10 +29,34 @@ def test_profile_round_trip_keeps_provenance(tmp_path):
     back = Profile.load(path)
     assert np.array_equal(back.comm_time, prof.comm_time)
     assert back.sources == {"comm_time": "model", "slowdown": "model"}
-    with h5py.File(path) as f:
-        assert f["comm_time"].attrs["source"] == "model"
-        assert f.attrs["nranks"] == 8
-        assert "sms / (sms - b)" in f.attrs["profile.formula"]
+    (run,) = h5log.read(path)
+    assert run.kind == "tuning.profile" and run.array_attrs["comm_time"]["source"] == "model"
+    assert run.attrs["nranks"] == 8
+    assert "sms / (sms - b)" in run.attrs["profile.formula"]
+    # appended like every run: load takes the newest profile of the file
+    faster = layers.model_profile(layers.Network(link_gbps=400))
+    h5log.write_record(path, "bench", "allreduce", {"tool": "x"})
+    faster.save(path)
+    assert np.array_equal(Profile.load(path).comm_time, faster.comm_time)
+    assert [r.kind for r in h5log.read(path)] == ["tuning.profile", "bench", "tuning.profile"]
+
+
+def test_profiles_of_earlier_versions_still_load(tmp_path):
+    """Before one writer: the profile at the root of the file, sources per dataset."""
+    prof = layers.model_profile(layers.Network(link_gbps=50))
+    path = tmp_path / "old.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["kind"] = "hpccoll.tuning.profile"
+        f.attrs["profile.formula"] = "x"
+        for name in ("sizes", "blocks", "comm_time", "slowdown"):
+            f[name] = getattr(prof, name)
+        f["comm_time"].attrs["source"] = "model"
+        f["slowdown"].attrs["source"] = "measured"
+        f["samples/a"] = np.ones(2)
+    back = Profile.load(str(path))
+    assert np.array_equal(back.comm_time, prof.comm_time) and back.attrs == {"formula": "x"}
+    assert back.sources == {"comm_time": "model", "slowdown": "measured"}
+    assert list(back.samples) == ["a"]
 
 
 def test_profile_rejects_bad_input(tmp_path):
@@ -50,6 +75,10 @@ def test_profile_rejects_bad_input(tmp_path):
         Profile.load(str(other))
     with pytest.raises(ArgumentError, match="cannot open"):
         Profile.load(str(tmp_path / "missing.h5"))
+    runs = tmp_path / "runs.h5"
+    h5log.write_record(runs, "bench", "allreduce")
+    with pytest.raises(ArgumentError, match="not an hpccoll profile .its runs: bench"):
+        Profile.load(str(runs))
 
 
 def test_measured_slowdown_below_one_counts_as_none():
@@ -94,11 +123,12 @@ def test_simulate_command_writes_table_h5_and_png(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "resnet50" in proc.stdout and "fusion_only" in proc.stdout
-    with h5py.File(h5) as f:
-        assert f["backward_time"].shape == (2, 2, 4)
-        assert [m.decode() for m in f["methods"]] == list(baselines.METHODS)
-        assert "model" in f.attrs["source"]
-        assert "hpccoll_version" in f.attrs
+    (run,) = h5log.read(h5)
+    assert run.kind == "tuning.simulate" and run.arrays["backward_time"].shape == (2, 2, 4)
+    assert list(run.arrays["methods"]) == list(baselines.METHODS)
+    assert "model" in run.attrs["source"] and "hpccoll_version" in run.attrs
+    # the table reads back from the file as the command printed it
+    assert report.table(report.from_run(run)) in proc.stdout
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
 
 
