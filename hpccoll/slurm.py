@@ -49,7 +49,7 @@ def check(ranks: int) -> int:
 def stamp(paths, environ=None) -> int:
     """Add the SLURM_* variables to each existing HDF5 file as root attributes that it
     does not have yet; returns how many files were missing."""
-    import h5py
+    from . import h5log
     env = slurm_env(environ)
     missing = 0
     for path in paths:
@@ -58,10 +58,7 @@ def stamp(paths, environ=None) -> int:
                   file=sys.stderr)
             missing += 1
             continue
-        with h5py.File(path, "a") as f:
-            for k, v in env.items():
-                if k not in f.attrs:
-                    f.attrs[k] = v
+        h5log.update_file_attrs(path, env)     # crash-safe, under the file's lock
     return missing
 
 
