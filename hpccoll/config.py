@@ -226,7 +226,7 @@ SETTINGS: tuple[Setting, ...] = (
             "Preemptive policy: an order-matched collective that the MPI library runs itself "
             "(mpi_coll_bytes) starts on the calling thread, skipping the engine's queue, when "
             "its communicator has nothing queued before it (see docs/performance.md)."),
-    Setting("persistent_bytes", int, 0,
+    Setting("persistent_bytes", int, 4096,
             "Collectives that run as the MPI library's own (mpi_coll_bytes) up to this many "
             "bytes reuse persistent requests (MPI-4 *_init, started again each call) on staging "
             "buffers of their plan, where MPI has them; 0 disables.", minimum=0,

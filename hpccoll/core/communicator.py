@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import ArgumentError
 from . import validate
 from .state import CommState
-from .work import Work
+from .work import Work   # noqa: F401  (what every collective returns)
 
 
 class Communicator:
@@ -37,8 +37,7 @@ class Communicator:
 
     def _ready(self) -> CommState:
         st = self._state
-        if st.mpi is None or st.broken is not None or st.freed or st.ctx._closed \
-                or st.engine.broken is not None:
+        if not st.ok:
             st.usable()
         return st
 
@@ -74,6 +73,7 @@ class Communicator:
         if st.freed or st.mpi is None or self._ctx._closed:
             return
         st.freed = True
+        st.stop()
         for work in st.pending():
             try:
                 work.wait()
@@ -84,7 +84,9 @@ class Communicator:
 
     # -- collectives ---------------------------------------------------------------------
     def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
-        st = self._ready()
+        st = self._state
+        if not st.ok:
+            st.usable()
         if key is not None or blocks is not None:
             key, blocks = self._extras(key, blocks)
         return st.issue(validate.allreduce(st, sendbuf, recvbuf, op), key,

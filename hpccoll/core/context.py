@@ -209,6 +209,8 @@ class Context:
         if self._closed:
             return
         self._closed = True
+        for st in self._states():
+            st.stop()
         _OPEN.discard(self)
         engine = self._engine
         deadline = time.monotonic() + self.settings.close_timeout
@@ -249,8 +251,11 @@ class Context:
                 alloc.free()
             if self._node is not None:
                 self._node.Free()
+        for st in self._states():
+            st.stop()
         self._comms = []
         self.world._state.freed = True
+        self.world._state.stop()
         if mismatches and raise_mismatch:
             raise mismatches[0]
 

@@ -30,7 +30,6 @@ check_mismatch="every" compares each call's fingerprint before the call complete
 """
 from __future__ import annotations
 
-from collections import deque
 from typing import Optional
 
 import numpy as np
@@ -53,15 +52,24 @@ def fp_hash(fp: tuple) -> int:
     return hash(fp) & MASK
 
 
+def call_hash(h: int, seq: int) -> int:
+    """A hash of one call's full fingerprint from its plan's hash and its sequence number
+    (no tuple to build: check_mismatch="every" computes one per call)."""
+    return (h * _MIX + seq + 1) & MASK
+
+
 class Ledger:
     """A communicator's order-matched fingerprints: the last ``window`` of them and the
     rolling digest of all of them, in sequence order (the same on every rank that
-    issued the same collectives)."""
-    __slots__ = ("every", "ring", "digest", "seq", "noted", "agreed", "pending")
+    issued the same collectives).  Collective s sits at s % window of two fixed lists,
+    so recording one allocates nothing."""
+    __slots__ = ("every", "window", "fps", "digests", "digest", "seq", "noted", "agreed",
+                 "pending")
 
     def __init__(self, every: int, window: int):
-        self.every = every
-        self.ring: deque = deque(maxlen=window)   # (fp, digest after it), seq order
+        self.every, self.window = every, window
+        self.fps: list = [None] * window
+        self.digests: list = [0] * window
         self.digest = 0
         self.seq = -1                 # the last recorded sequence number
         self.noted = -1               # the last sequence number sent in a note
@@ -72,26 +80,32 @@ class Ledger:
         """Add collective ``seq`` (fingerprint ``fp``, hash ``h``); returns the digest."""
         d = self.digest = (self.digest * _MIX + h + 1) & MASK
         self.seq = seq
-        self.ring.append((fp, d))
+        i = seq % self.window
+        self.fps[i] = fp
+        self.digests[i] = d
         return d
 
     def due(self, seq: int) -> bool:
         """Whether collective ``seq`` carries the digest check."""
         return seq % self.every == self.every - 1
 
+    def held(self, seq: int) -> bool:
+        """Whether the window still holds collective ``seq``."""
+        return 0 <= self.seq - seq < self.window and seq >= 0
+
     def digest_at(self, seq: int) -> Optional[int]:
         """The digest after collective ``seq``, if the window still holds it."""
-        back = self.seq - seq
-        if back < 0 or back >= len(self.ring):
-            return None
-        return self.ring[len(self.ring) - 1 - back][1]
+        return self.digests[seq % self.window] if self.held(seq) else None
+
+    def fp_at(self, seq: int) -> Optional[tuple]:
+        return self.fps[seq % self.window] if self.held(seq) else None
 
     def rows(self, count: Optional[int] = None) -> list:
-        """The last ``count`` (default all) recorded fingerprints with their sequence
-        numbers filled in, oldest first."""
-        entries = list(self.ring)[-count:] if count else list(self.ring)
-        first = self.seq - len(entries) + 1
-        return [with_seq(fp, first + i) for i, (fp, _) in enumerate(entries)]
+        """The last ``count`` (default: the window) recorded fingerprints with their
+        sequence numbers filled in, oldest first."""
+        count = min(count or self.window, self.window, self.seq + 1)
+        first = self.seq - count + 1
+        return [with_seq(self.fps[s % self.window], s) for s in range(first, self.seq + 1)]
 
     def padded(self, count: int) -> np.ndarray:
         """``rows(count)`` as a (count, len(FP_FIELDS)) int64 array, missing rows -1 (the

@@ -136,7 +136,7 @@ def check_op(op: Any, dt: np.dtype) -> str:
             raise ArgumentError(f"op: 'avg' needs a floating dtype, got {dtype_name(dt)} "
                                 "(use 'sum' and divide, or convert to float first)")
         raise ArgumentError(f"op: {name!r} is not defined for dtype {dtype_name(dt)}")
-    if op.__class__ is str:
+    if op.__class__ is str and dt in DTYPE_CODE:
         _VALID[op, dt] = name
     return name
 

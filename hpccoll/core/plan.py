@@ -71,12 +71,15 @@ def registered(ctx, call) -> Optional[RegisteredCall]:
 
 
 class MpiRecipe:
-    """The ``mpi`` row's plan: which MPI collective, with which op, root and divisor (avg:
-    contributions divided before MPI sums them), and its persistent requests."""
-    __slots__ = ("kind", "mpi", "mop", "root", "rank", "divisor", "inplace", "slots")
+    """The ``mpi`` row's plan: which MPI collective (``post``: the bound method that starts
+    it), with which op, root and divisor (avg: contributions divided before MPI sums
+    them), and its persistent requests."""
+    __slots__ = ("kind", "mpi", "post", "mop", "root", "rank", "divisor", "inplace", "slots")
 
     def __init__(self, kind, mpi_comm, mop, root, rank, divisor, inplace, slots):
+        from ..engine.lane import NONBLOCKING
         self.kind, self.mpi, self.mop, self.root, self.rank = kind, mpi_comm, mop, root, rank
+        self.post = getattr(mpi_comm, NONBLOCKING[kind])
         self.divisor, self.inplace, self.slots = divisor, inplace, slots
 
 

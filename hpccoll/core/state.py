@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from functools import partial
 from typing import Optional
 
 import numpy as np
@@ -25,7 +26,14 @@ from ..errors import ArgumentError, CollectiveMismatch, ContextClosed
 from . import mismatch
 from . import plan as plans
 from .pool import BufferPool
-from .work import Work
+
+
+# from hpccoll.engine, once a communicator exists (they import mpi4py.MPI)
+MpiLane = RUNNING = post = start_slot = finish_slot = None
+
+
+def _row(fp, seq):
+    return np.array([mismatch.with_seq(fp, seq)], np.int64)
 
 
 def key_hash(key: str) -> int:
@@ -35,7 +43,10 @@ def key_hash(key: str) -> int:
 class CommState:
     def __init__(self, ctx, mpi_comm, name: str, uid: str):
         MPI = ctx._MPI
-        from ..engine.task import Task   # imports mpi4py.MPI: only once MPI is initialised
+        global MpiLane, RUNNING, post, start_slot, finish_slot
+        # these import mpi4py.MPI: only once MPI is initialised
+        from ..engine.lane import MpiLane, finish_slot, post, start_slot
+        from ..engine.task import RUNNING, Task
         self.Task = Task
         self.ctx = ctx
         self.engine = ctx._engine
@@ -44,19 +55,22 @@ class CommState:
         self.broken: Optional[BaseException] = None
         self.unreported: Optional[BaseException] = None   # a verdict the caller has not seen
         self.freed = False
+        self.ok = True                 # none of: closed, engine broken, broken, freed, no member
         self.seq = 0
         self.last = None               # the last order-matched task (start order)
         self.live_keys: dict = {}
         self.key_uses: dict = {}       # key -> how many times it was issued (ordered policy)
         self.plans: dict = {}
-        self.inflight: set = set()     # tasks issued and not finished
         self.pool = BufferPool()       # scratch space, reused by the collectives
         self.noted_at = 0.0
         self.ledger = None
+        self.fast = False
+        self.spin = 0
         self.shm = None
         self.data = self.keyed = None
         if mpi_comm == MPI.COMM_NULL:
             self.mpi = None
+            self.ok = False
             self.rank, self.size, self.world_ranks = -1, 0, ()
             return
         self.mpi = mpi_comm
@@ -76,12 +90,15 @@ class CommState:
         self.tag_space = max(2, (int(ub) + 1) // 2)
         s = ctx.settings
         self.check = s.check_mismatch if self.size > 1 else "off"
+        # run() may start and poll a collective with no task (see there), spin polls long
+        self.fast = self.engine.early and self.check != "every" and not s.trace
+        self.spin = s.spin_polls
         if self.check != "off":
             self.ledger = mismatch.Ledger(s.mismatch_every, max(64, 2 * s.mismatch_every))
 
     # -- the pipeline -------------------------------------------------------------------
     def usable(self) -> None:
-        """Raise if no collective may be issued here (checked before anything is queued)."""
+        """Raise if no collective may be issued here (``ok`` is False: it says why)."""
         ctx = self.ctx
         if ctx._closed or ctx._engine.broken is not None:
             ctx._check_open()
@@ -97,59 +114,151 @@ class CommState:
             raise ContextClosed(f"communicator {self.name!r} is unusable after: {self.broken}") \
                 from self.broken
 
-    def issue(self, call, key: Optional[str] = None, blocks: Optional[int] = None) -> Work:
-        """Turn a validated call into a started or queued task; returns its Work."""
-        if self.broken is not None or self.freed or self.ctx._closed:
-            self.usable()
-        keyed = key is not None
-        reg = plans.registered(self.ctx, call) if self.shm and not keyed else None
-        sig = (call.coll, call.send.dtype, call.count, call.op, call.root, call.inplace, keyed,
-               blocks, call.device is None, call.layout, reg.key if reg is not None else None)
+    def stop(self, exc: Optional[BaseException] = None) -> None:
+        """No collective may be issued here any more (``usable`` says why)."""
+        self.ok = False
+        if exc is not None and self.broken is None:
+            self.broken = exc
+
+    def _plan(self, call, keyed: bool, blocks):
+        """The plan of this call's signature (made the first time it is seen)."""
+        reg = plans.registered(self.ctx, call) if self.ctx._allocs and not keyed else None
+        if keyed or blocks is not None or call.device is not None or call.layout or reg:
+            sig = (call.coll, call.send.dtype, call.count, call.op, call.root, call.inplace,
+                   keyed, blocks, call.device is None, call.layout,
+                   reg.key if reg is not None else None)
+        else:   # the common signature: a shorter key
+            sig = (call.coll, call.send.dtype, call.count, call.op, call.root, call.inplace)
         plan = self.plans.get(sig)
         if plan is None:
             plan = self.plans[sig] = plans.make(self, call, keyed, blocks, reg)
+        return plan
+
+    def issue(self, call, key: Optional[str] = None, blocks: Optional[int] = None):
+        """Turn a validated call into a started or queued task; returns it (its Work)."""
+        if not self.ok:
+            self.usable()
+        plan = self._plan(call, key is not None, blocks)
         engine = self.engine
-        work = Work(call.coll, engine)
         with self.lock:
-            if keyed:
-                task = self._keyed(work, plan, call, key)
+            if key is not None:
+                task = self._keyed(plan, call, key)
             else:
                 seq = self.seq
                 self.seq = seq + 1
                 tag = (seq % self.tag_space) * 2
-                lane = plan.lane(self, call, tag, self.data)
+                recipe = plan.recipe
+                if recipe is not None and not recipe.slots:     # MPI's own, no persistent
+                    lane = MpiLane(recipe, call.send, call.recv)
+                else:
+                    lane = plan.lane(self, call, tag, self.data)
                 check = None
                 gated = False
                 ledger = self.ledger
                 if ledger is not None:
                     digest = ledger.record(seq, plan.fp, plan.fp_hash)
                     if self.check == "every":
-                        fp = mismatch.with_seq(plan.fp, seq)
-                        check = self._check(mismatch.fp_hash(fp), np.array([fp], np.int64), tag)
+                        check = self._check(mismatch.call_hash(plan.fp_hash, seq),
+                                            partial(_row, plan.fp, seq), tag)
                         gated = plan.recipe is not None
                     elif ledger.due(seq):
                         check = self._check(digest, ledger.padded(ledger.every), tag)
                 prev = self.last
                 if prev is not None and (prev.t_start is not None or prev.state == "failed"):
                     prev = None
-                task = self.Task(work, self, plan, seq, None, lane, call.result, check, prev,
+                task = self.Task(engine, self, plan, seq, None, lane, call.result, check, prev,
                                  gated)
                 self.last = task
-                work._task = task
-                self.inflight.add(task)
-                if (plan.early and prev is None and engine.early and lane.startable()
-                        and engine.start_now(task)):
-                    return work
-            work._task = task
-            self.inflight.add(task)
+                # MPI runs it: start it here unless something of this communicator is
+                # queued before it, or the persistent request it takes is still busy
+                if (plan.early and prev is None and engine.early
+                        and (lane.slot is None or not lane.slot.busy) and engine.start_now(task)):
+                    return task
             engine.submit(task, inline=plan.inline and engine.idle())
-        return work
+        return task
+
+    def run(self, call, blocks: Optional[int] = None):
+        """Issue ``call`` and wait for it on the calling thread (the mpi4py adapter's
+        blocking calls); returns its result.
+
+        A collective the MPI library runs itself, with nothing of this communicator queued
+        before it, no check riding along and nobody driving the engine, starts and is
+        polled right here with no task at all: the blocking call's per-call cost is then
+        MPI's own plus the naming.  Only if it has not completed after ``spin_polls``
+        polls (or MPI reports an error) does it become a task of the engine, where the
+        watchdog, reports and the mismatch probes see it."""
+        if not self.ok:
+            self.usable()
+        plan = self._plan(call, False, blocks)
+        if plan.early and self.fast:
+            engine = self.engine
+            task = error = req = None
+            recipe = plan.recipe
+            lock = self.lock
+            lock.acquire()
+            try:
+                prev = self.last
+                seq = self.seq
+                ledger = self.ledger
+                slots = recipe.slots
+                slot = slots[plan.uses % len(slots)] if slots else None
+                if ((prev is None or prev.t_start is not None or prev.state == "failed")
+                        and (ledger is None or seq % ledger.every != ledger.every - 1)
+                        and (slot is None or not slot.busy)
+                        and not engine._want and engine.lock.acquire(False)):
+                    try:
+                        self.seq = seq + 1
+                        if slot is not None:
+                            plan.uses += 1
+                        if ledger is not None:
+                            ledger.record(seq, plan.fp, plan.fp_hash)
+                        self.last = None      # started: nothing waits on it to start
+                        # no lane object unless it becomes a task after all
+                        try:
+                            if slot is None:
+                                req = post(recipe, call.send, call.recv)
+                            else:
+                                req = start_slot(recipe, slot, call.send)
+                        except Exception as exc:   # fails like a task: named, peers told
+                            task = self._started(plan, seq, call, slot, None)
+                            engine.adopt(task, start_error=exc)
+                    finally:
+                        engine.lock.release()
+            finally:
+                lock.release()
+            if task is not None:
+                return task.wait()
+            if req is not None:
+                test = req.Test
+                try:
+                    for _ in range(self.spin):
+                        if test():
+                            if slot is not None:
+                                finish_slot(recipe, slot, call.recv)
+                            return call.result
+                except Exception as exc:       # MPI's error: the task's to explain
+                    error = exc
+                task = self._started(plan, seq, call, slot, req)
+                with engine.lock:
+                    engine.adopt(task, poll_error=error)
+                return task.wait()
+        return self.issue(call, None, blocks).wait()
+
+    def _started(self, plan, seq, call, slot, req):
+        """The task of a collective ``run`` started without one (with request ``req``, on
+        persistent ``slot`` or not)."""
+        lane = MpiLane(plan.recipe, call.send, call.recv, slot)
+        lane.req = req
+        task = self.Task(self.engine, self, plan, seq, None, lane, call.result)
+        task.state = RUNNING
+        task.t_start = task.t_issue
+        return task
 
     def _check(self, value, rows, tag, direct=False):
         from ..engine.check import CheckLane
         return CheckLane(value, rows, self, self.keyed if direct else self.data, tag + 1, direct)
 
-    def _keyed(self, work, plan, call, key):
+    def _keyed(self, plan, call, key):
         """A keyed collective: matched by its key's message tag on the keyed duplicate."""
         if key in self.live_keys:
             raise ArgumentError(f"key: {key!r} is already pending on communicator "
@@ -166,18 +275,18 @@ class CommState:
         if self.check != "off":      # keyed collectives may start in any order: direct rows
             fp = mismatch.with_seq(plan.fp, h)
             check = self._check(0, np.array([fp], np.int64), tag, direct=True)
-        task = self.Task(work, self, plan, None, key, lane, call.result, check)
+        task = self.Task(self.engine, self, plan, None, key, lane, call.result, check)
         task.key_instance = self.key_uses[key] = self.key_uses.get(key, 0) + 1
         return task
 
     def pending(self) -> list:
-        """The Works of the collectives issued here that have not finished."""
-        with self.lock:
-            return [t.work for t in self.inflight if t.work is not None]
+        """The collectives issued here that have not finished."""
+        engine = self.engine
+        with engine.lock:
+            return [t for t in engine.live() + list(engine.sq) if t.comm is self]
 
     def retire(self, task) -> None:
-        """A task finished (the engine's lock is held)."""
-        self.inflight.discard(task)
+        """A keyed or checked task finished (the engine's lock is held)."""
         if task.key is not None:
             with self.lock:
                 self.live_keys.pop(task.key, None)
@@ -204,13 +313,7 @@ class CommState:
                                   ranks=odd, fields=fields)
 
     def _fp_at(self, seq):
-        led = self.ledger
-        if led is None:
-            return None
-        back = led.seq - seq
-        if 0 <= back < len(led.ring):
-            return led.ring[len(led.ring) - 1 - back][0]
-        return None
+        return None if self.ledger is None else self.ledger.fp_at(seq)
 
     # -- lifetime ---------------------------------------------------------------------------
     def free_mpi(self) -> None:
@@ -219,7 +322,9 @@ class CommState:
             self.shm = None
         for plan in self.plans.values():
             for slot in (plan.recipe.slots if plan.recipe is not None else ()):
-                if slot.req is not None:
+                # an active persistent collective (one a mismatch broke off) may not be
+                # freed (MPI-4 6.13): it is left to MPI_Finalize
+                if slot.req is not None and not slot.busy:
                     try:
                         slot.req.Free()
                     except Exception:

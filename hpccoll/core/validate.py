@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
-from .ops import DTYPE_CODE, DTYPES, check_op, dtype_name
+from .ops import _VALID, DTYPE_CODE, DTYPES, check_op, dtype_name
 
 _C_ALIGNED = 0x1 | 0x100     # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
 _WRITEABLE = 0x400           # NPY_ARRAY_WRITEABLE
@@ -182,7 +182,30 @@ def _sub(flat, dev, start: int, n: int):
 
 
 # -- the collectives ----------------------------------------------------------------------------
+_ND = np.ndarray
+_SEND_OK = _C_ALIGNED
+_RECV_OK = _C_ALIGNED | _WRITEABLE
+
+
 def allreduce(comm, sendbuf, recvbuf, op) -> Call:
+    # the common case first, checked exactly as below: exact NumPy arrays, an op already
+    # seen with this dtype (ops._VALID holds only valid pairs of supported dtypes), two
+    # arrays that own their memory or the same array
+    if sendbuf.__class__ is _ND:
+        dt = sendbuf.dtype
+        name = _VALID.get((op, dt)) if op.__class__ is str else None
+        if name is not None and sendbuf.flags.num & _SEND_OK == _SEND_OK:
+            s = sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1)
+            if recvbuf is None:
+                r = np.empty(s.size, dt)
+                return Call("allreduce", s, r, s.size, name, 0, False, r)
+            if (recvbuf.__class__ is _ND and recvbuf.flags.num & _RECV_OK == _RECV_OK
+                    and recvbuf.dtype == dt and recvbuf.size == s.size):
+                if recvbuf is sendbuf:
+                    return Call("allreduce", s, s, s.size, name, 0, True, recvbuf)
+                if sendbuf.base is None and recvbuf.base is None:
+                    r = recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1)
+                    return Call("allreduce", s, r, s.size, name, 0, False, recvbuf)
     s, sdev = array(sendbuf, "sendbuf")
     op = check_op(op, s.dtype)
     r, rdev, result, inplace = _output(sendbuf, s, sdev, recvbuf, s.size,

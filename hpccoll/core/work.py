@@ -1,4 +1,9 @@
-"""Work: the handle a nonblocking collective returns."""
+"""Work: the handle a nonblocking collective returns.
+
+The engine's task (engine/task.py) *is* the Work: one object per collective, nothing to
+keep in step and no reference cycle between a handle and its task.  This class holds the
+public part; a finished collective keeps its result (or error) and its counters, never
+the caller's other arrays."""
 from __future__ import annotations
 
 import threading
@@ -13,17 +18,10 @@ class Work:
     completed; the waiting thread drives the engine itself meanwhile.  ``test()``
     never blocks."""
 
-    __slots__ = ("coll", "_done", "_task", "_engine", "_result", "_error", "_callbacks",
-                 "__weakref__")
-
-    def __init__(self, coll: str, engine=None):
-        self.coll = coll
-        self._done = False
-        self._task = None
-        self._engine = engine
-        self._result = None
-        self._error = None
-        self._callbacks = None
+    _done = False
+    _callbacks = None
+    error = None          # the collective's error, once it failed
+    _engine = None
 
     def wait(self, timeout: float | None = None):
         """The result buffer (recvbuf, or the array allocated for it).  Raises the
@@ -32,11 +30,11 @@ class Work:
         if not self._done:
             self._engine.drive(self, timeout)
             if not self._done:
-                what = self._task.describe() if self._task is not None else self.coll
-                raise WaitTimeout(f"{what} not complete after {timeout} s (still pending)")
-        if self._error is not None:
-            raise self._error
-        return self._result
+                raise WaitTimeout(f"{self.describe()} not complete after {timeout} s "
+                                  "(still pending)")
+        if self.error is not None:
+            raise self.error
+        return self.result
 
     def test(self) -> bool:
         """True once the collective finished (successfully or not; wait() tells which).
@@ -47,7 +45,7 @@ class Work:
 
     def exception(self):
         """The error the collective failed with; None if it succeeded or is pending."""
-        return self._error
+        return self.error if self._done else None
 
     def add_done_callback(self, fn) -> None:
         """Call ``fn(work)`` once, on completion: at once if already complete, else on the
@@ -58,32 +56,37 @@ class Work:
                 if self._callbacks is None:
                     self._callbacks = []
                 self._callbacks.append(fn)
-                self._engine.wake.set()    # nobody may wait: the daemon must run it
-                return
+                # _finish marks done before it looks for callbacks, without the lock: if it
+                # did in between, it may have found none, and fn is ours to run
+                if not self._done:
+                    self._engine.wake.set()    # nobody may wait: the daemon must run it
+                    return
+                self._callbacks.remove(fn)
         fn(self)
 
     @property
     def counters(self) -> dict:
-        t = self._task
-        if t is None:
-            return {}
-        return {"algo": t.program.algo, "polls": t.polls, "tries": t.tries, "yields": t.yields,
-                "yields_progress": t.yields_progress, "waits": t.lane.waits_done,
-                "t_issue": t.t_issue, "t_start": t.t_start, "t_end": t.t_end,
-                "queued_s": (t.t_start - t.t_issue) if t.t_start else None,
-                "running_s": (t.t_end - t.t_start) if t.t_end and t.t_start else None}
+        return {"algo": self.lane.program.algo, "polls": self.polls, "tries": self.tries,
+                "yields": self.yields, "yields_progress": self.yields_progress,
+                "waits": self.lane.waits_done, "t_issue": self.t_issue,
+                "t_start": self.t_start, "t_end": self.t_end,
+                "queued_s": (self.t_start - self.t_issue) if self.t_start else None,
+                "running_s": (self.t_end - self.t_start) if self.t_end and self.t_start
+                else None}
 
-    def _finish(self, task) -> list:
-        """The collective completed: keep its result or error; returns the callbacks, which
-        the engine runs once it let go of its lock."""
+    def _finish(self):
+        """The collective completed (the engine's lock is held): returns its callbacks,
+        which the engine runs once it let go of the lock."""
+        if self.error is not None:
+            self.result = None
+        if self._callbacks is None:
+            self._done = True       # add_done_callback re-checks under the lock
+            if self._callbacks is None:
+                return None
         with _LOCK:
-            self._error = task.error
-            self._result = task.result if task.error is None else None
             self._done = True
             callbacks, self._callbacks = self._callbacks, None
         return callbacks
 
     def __repr__(self) -> str:
-        state = "done" if self._done else "pending"
-        what = self._task.describe() if self._task is not None else self.coll
-        return f"<Work {what} {state}>"
+        return f"<Work {self.describe()} {'done' if self._done else 'pending'}>"

@@ -35,24 +35,32 @@ def allgather_lane(rows: np.ndarray, comm, mpi_comm, tag) -> ProgramLane:
 
 class CheckLane(Lane):
     """See the module docstring.  ``rows``: this rank's fingerprint rows, an int64 array
-    of shape (k, fields), the same k on every rank."""
-    __slots__ = ("value", "rows", "pair", "req", "detail", "done", "_args")
+    of shape (k, fields), the same k on every rank, or a function that makes them (they
+    are needed only when the values differ)."""
+    __slots__ = ("value", "_rows", "pair", "req", "detail", "done", "_args")
 
     def __init__(self, value: int, rows, comm, mpi_comm, tag, direct: bool = False):
         self.value = value
-        self.rows = rows
+        self._rows = rows
         self.pair = None
         self.req = None
         self.done = False
         self._args = (comm, mpi_comm, tag)
-        self.detail = allgather_lane(rows, comm, mpi_comm, tag) if direct else None
+        self.detail = allgather_lane(self.rows, comm, mpi_comm, tag) if direct else None
+
+    @property
+    def rows(self):
+        if callable(self._rows):
+            self._rows = self._rows()
+        return self._rows
 
     def start(self) -> None:
         if self.detail is not None:
             self.detail.start()
             return
-        self.pair = np.array((self.value, -self.value), np.int64)
-        self.req = self._args[1].Iallreduce(MPI.IN_PLACE, self.pair, op=MPI.MIN)
+        pair = self.pair = np.empty(2, np.int64)
+        pair[0], pair[1] = self.value, -self.value
+        self.req = self._args[1].Iallreduce(MPI.IN_PLACE, pair, op=MPI.MIN)
 
     def run(self) -> bool:
         if self.detail is not None:

@@ -172,7 +172,7 @@ def final_check(states, deadline: float) -> list:
             return errors
         led = state.ledger
         if pair[0] != led.digest or -pair[1] != led.digest or pair[2] != led.seq or -pair[3] != led.seq:
-            rows = led.padded(len(led.ring))
+            rows = led.padded(led.window)
             everyone = np.empty((state.size,) + rows.shape, np.int64)
             detail.append((state, everyone, state.data.Iallgather(rows, everyone)))
     for state, everyone, req in detail:

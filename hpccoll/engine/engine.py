@@ -58,6 +58,10 @@ _YIELD = getattr(os, "sched_yield", None)     # not on every platform
 FINE_SLACK_NS = 1000
 CTL_EVERY = 16          # passes between control polls while busy
 LOCK_WAIT = 0.001       # seconds start_now waits for the daemon's pass (longer than one)
+# While the application itself issues and waits, the daemon's passes only compete with it
+# for the GIL and the engine's lock: it stays away until the application has been quiet
+# this long (seconds), unless a queued task, a report or the token needs it.
+APP_GRACE = 0.002
 
 
 class Engine:
@@ -89,6 +93,7 @@ class Engine:
         self.last_progress = time.monotonic()   # any task's progress, for the watchdog
         self.trace = deque(maxlen=1_000_000) if settings.trace else None
         self._live = 0
+        self.app_active = 0.0             # when the application last issued or waited
         # counters (per daemon)
         self.passes = self.parks = self.wakeups = 0
         self.switches = 0
@@ -122,18 +127,35 @@ class Engine:
             if self.trace is not None:
                 task.yield_times = []
             self.switches += 1
+            now = self.app_active = task.t_issue
             try:
-                task.start()
+                task.start(now)
             except Exception as exc:    # MPI errors at post time fail the collective
                 self._failed_start(task, exc)
             self.policy.adopt(task)
-            if task.finished:
+            if task.state is FAILED:
                 self.retire(task)
         finally:
             lock.release()
         if self._callbacks:
             self.run_callbacks()
         return True
+
+    def adopt(self, task, start_error=None, poll_error=None) -> None:
+        """A task started by the application without the engine (CommState.run) joins
+        it; ``start_error``/``poll_error``: what MPI raised, for the task to deal with as
+        if the engine had started or polled it.  The caller holds ``lock``."""
+        self._live += 1
+        if self.trace is not None:
+            task.yield_times = []
+        self.policy.adopt(task)
+        self.app_active = time.monotonic()
+        if start_error is not None:
+            self._failed_start(task, start_error)
+        elif poll_error is not None:
+            task.fail_from(poll_error)
+        if task.finished:
+            self.retire(task)
 
     def idle(self) -> bool:
         return self._live == 0 and not self.sq
@@ -227,7 +249,7 @@ class Engine:
                 f"wait() on {work!r} from the thread that drives hpccoll's engine: it cannot "
                 "make progress while it waits for itself; wait in a done-callback is fine, "
                 "but not inside hpccoll's own calls")
-        task = work._task
+        task = work
         lock = self.lock
         if timeout is None and task.t_start is not None and lock.acquire(False):
             # a started collective usually ends within a few polls: poll it right away,
@@ -245,6 +267,7 @@ class Engine:
             if self._callbacks:
                 self.run_callbacks()
             if work._done:
+                self.app_active = time.monotonic()
                 return
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._want_lock:
@@ -262,7 +285,6 @@ class Engine:
                 self.driver = me
                 try:
                     idle = 0
-                    task = work._task
                     while not work._done:
                         if self._alone(task):
                             progressed = self._poll_alone(task, idle)
@@ -285,6 +307,7 @@ class Engine:
                     lock.release()
                 self.run_callbacks()
         finally:
+            self.app_active = time.monotonic()
             if old_slack is not None:
                 _SET_SLACK(old_slack)
             with self._want_lock:
@@ -320,6 +343,11 @@ class Engine:
                 if self._want:      # a waiter drives; stay out of its way
                     self._resume.wait(self._park)
                     idle = 0
+                    continue
+                quiet = time.monotonic() - self.app_active
+                if (quiet < APP_GRACE and not self.sq and self._report is None
+                        and not self._control_tags and not self._stop):
+                    self._sleep(self.wake, APP_GRACE - quiet)    # the application drives
                     continue
                 with self.lock:
                     self.driver = me
@@ -447,23 +475,21 @@ class Engine:
             self._live -= 1
         if self.trace is not None:
             self.trace.append(task.trace_record(self.control.rank))
-        if task.state == FAILED:
+        if task.state is FAILED:
             task.cancel_transfers()
-        task.comm.retire(task)
-        work = task.work
-        fns = work._finish(task)
-        task.work = task.result = None
-        if task.state != FAILED:
+        else:
             task.lane.release()   # a failed task's transfers may still write into its scratch
+        if task.key is not None or task.check is not None:
+            task.comm.retire(task)
+        fns = task._finish()
         if fns:
-            self._callbacks.append((work, fns))
+            self._callbacks.append((task, fns))
 
     def break_comm(self, state, exc) -> None:
         """A communicator whose ranks disagreed is unusable (stray messages may remain on
         its tags): fail everything pending on it.  Every member saw the same fingerprints,
         so every member breaks it at the same collective."""
-        if state.broken is None:
-            state.broken = exc
+        state.stop(exc)
         for other in self.live():
             if other.comm is state:
                 other.fail(exc)
@@ -543,3 +569,5 @@ class Engine:
     def _break(self, exc: BaseException) -> None:
         if self.broken is None:
             self.broken = exc
+            for state in self.ctx._states():
+                state.stop()

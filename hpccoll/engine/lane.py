@@ -74,24 +74,80 @@ class Persistent:
         self.busy = False
 
 
+NONBLOCKING = {"allreduce": "Iallreduce", "broadcast": "Ibcast", "allgather": "Iallgather",
+               "alltoall": "Ialltoall", "barrier": "Ibarrier"}
+PERSISTENT = {"allreduce": "Allreduce_init", "broadcast": "Bcast_init",
+              "allgather": "Allgather_init", "alltoall": "Alltoall_init",
+              "barrier": "Barrier_init"}
+
+
 def start_collective(mpi_comm, kind, send, recv, op=None, root=0, persistent=False):
     """Start (or, ``persistent``, initialise) MPI's own collective ``kind``; ``send`` may
     be MPI.IN_PLACE.  Returns the request."""
+    fn = getattr(mpi_comm, (PERSISTENT if persistent else NONBLOCKING)[kind])
     if kind == "allreduce":
-        return (mpi_comm.Allreduce_init if persistent else mpi_comm.Iallreduce)(send, recv, op)
+        return fn(send, recv, op)
     if kind == "broadcast":
-        return (mpi_comm.Bcast_init if persistent else mpi_comm.Ibcast)(recv, root)
-    if kind == "allgather":
-        return (mpi_comm.Allgather_init if persistent else mpi_comm.Iallgather)(send, recv)
-    if kind == "alltoall":
-        return (mpi_comm.Alltoall_init if persistent else mpi_comm.Ialltoall)(send, recv)
-    return (mpi_comm.Barrier_init if persistent else mpi_comm.Ibarrier)()
+        return fn(recv, root)
+    if kind == "barrier":
+        return fn()
+    return fn(send, recv)
+
+
+def post(r, send, recv):
+    """Start the collective of recipe ``r`` (core/plan.py's MpiRecipe) on these arrays;
+    returns its request."""
+    if r.divisor:           # avg: divide into the output, then sum in place
+        table.scale(recv, send, r.divisor)
+        send = MPI.IN_PLACE
+    elif r.inplace:         # the input already lies where the output goes
+        send = MPI.IN_PLACE
+    kind = r.kind
+    if kind == "allreduce":
+        return r.post(send, recv, r.mop)
+    if kind == "broadcast":
+        return r.post(recv, r.root)
+    if kind == "barrier":
+        return r.post()
+    return r.post(send, recv)
+
+
+def start_slot(r, slot, send):
+    """Start persistent request ``slot`` of recipe ``r`` on ``send``'s data: copied into
+    the slot's staging array (divided, for avg) unless this rank only receives; the
+    request is initialised at its first start, in the collective order like any start.
+    Returns the request."""
+    kind = r.kind
+    if kind == "broadcast":
+        if r.root == r.rank:
+            slot.recv[...] = send
+    elif slot.send is not None:
+        if r.divisor:
+            table.scale(slot.send, send, r.divisor)
+        else:
+            slot.send[...] = send
+    req = slot.req
+    if req is None:
+        req = slot.req = start_collective(r.mpi, kind, slot.send, slot.recv, r.mop, r.root,
+                                          persistent=True)
+    slot.busy = True
+    req.Start()
+    return req
+
+
+def finish_slot(r, slot, recv) -> None:
+    """Slot ``slot``'s collective completed: its result to ``recv``; the slot is free."""
+    if slot.recv is not None and recv is not None and (r.kind != "broadcast"
+                                                      or r.root != r.rank):
+        recv[...] = slot.recv
+    slot.busy = False
 
 
 class MpiLane(Lane):
     """One MPI collective.  ``recipe`` (core/plan.py's MpiRecipe) says which, with which
     op, root and divisor (avg: contributions divided before MPI sums them), and whether
-    slot ``slot`` of its persistent requests runs it."""
+    slot ``slot`` of its persistent requests runs it; ``recipe.post`` is the bound method
+    that starts it (Iallreduce, Ibcast, ...)."""
     __slots__ = ("recipe", "send", "recv", "req", "slot", "done")
     needs_slot = False
     program = MPI_PROGRAM
@@ -106,39 +162,16 @@ class MpiLane(Lane):
         return self.slot is None or not self.slot.busy
 
     def start(self) -> None:
-        r = self.recipe
-        slot = self.slot
-        if slot is not None:
-            if r.kind != "broadcast" or r.root == r.rank:
-                src = slot.recv if r.kind == "broadcast" else slot.send
-                if r.divisor:
-                    table.scale(src, self.send, r.divisor)
-                elif src is not None:
-                    np.copyto(src, self.send)
-            req = slot.req
-            if req is None:
-                req = slot.req = start_collective(r.mpi, r.kind, slot.send, slot.recv, r.mop,
-                                                  r.root, persistent=True)
-            slot.busy = True
-            req.Start()
-            self.req = req
-            return
-        send = self.send
-        if r.divisor:           # avg: divide into the output, then sum in place
-            table.scale(self.recv, send, r.divisor)
-            send = MPI.IN_PLACE
-        elif r.inplace:         # the input already lies where the output goes
-            send = MPI.IN_PLACE
-        self.req = start_collective(r.mpi, r.kind, send, self.recv, r.mop, r.root)
+        if self.slot is None:
+            self.req = post(self.recipe, self.send, self.recv)
+        else:
+            self.req = start_slot(self.recipe, self.slot, self.send)
 
     def run(self) -> bool:
         if self.done or not self.req.Test():
             return False
-        slot = self.slot
-        if slot is not None:
-            if slot.recv is not None and self.recv is not None:
-                np.copyto(self.recv, slot.recv)
-            slot.busy = False
+        if self.slot is not None:
+            finish_slot(self.recipe, self.slot, self.recv)
         self.done = True
         return True
 

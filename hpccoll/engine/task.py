@@ -1,4 +1,5 @@
-"""A collective in flight on one rank: one class for every collective.
+"""A collective in flight on one rank: one class for every collective, and the Work the
+caller holds (core/work.py: its public part).
 
 A task runs its plan's lane (engine/lane.py: the data) and, when the mismatch check asks
 for it, a check lane (engine/check.py: every member's fingerprint or digest agrees, or
@@ -15,6 +16,7 @@ from mpi4py import MPI
 
 from ..core import mismatch
 from ..core.ops import dtype_name
+from ..core.work import Work
 from ..errors import CollectiveMismatch, HpcCollError
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
@@ -27,39 +29,31 @@ def started(prev) -> bool:
     return prev is None or prev.t_start is not None or prev.state is FAILED
 
 
-class Task:
-    __slots__ = (
-        "work", "comm", "plan", "seq", "key", "key_instance", "lane", "check", "prev",
-        "state", "error", "result", "doomed", "retired", "gseq", "probed", "gated",
-        # counters and times (reports, traces, policies)
-        "t_issue", "t_start", "t_end", "last_progress", "polls", "tries", "yields",
-        "yields_progress", "spins", "threshold", "consecutive", "made_progress", "yield_times",
-    )
+class Task(Work):
+    # what most tasks never change: class defaults, so that making one sets few fields
+    key_instance = 0
+    error = doomed = gseq = yield_times = None
+    retired = probed = made_progress = adopted = False
+    t_start = t_end = None
+    polls = tries = yields = yields_progress = spins = threshold = 0
+    consecutive = 1
 
-    def __init__(self, work, comm, plan, seq, key, lane, result, check=None, prev=None,
+    def __init__(self, engine, comm, plan, seq, key, lane, result, check=None, prev=None,
                  gated=False):
-        self.work = work
+        self._engine = engine
         self.comm = comm             # the communicator's state (core/state.py)
         self.plan = plan
         self.seq, self.key = seq, key
-        self.key_instance = 0
         self.lane = lane
         self.check = check
         self.prev = prev             # the communicator's previous order-matched task
-        self.result = result
+        self.result = result         # what wait() returns
         self.state = QUEUED
-        self.error = self.doomed = self.gseq = self.yield_times = None
-        self.retired = self.probed = self.made_progress = False
         # the data waits for the check: nothing moves until every member's fingerprint
         # agreed (check_mismatch="every" on MPI's own collectives, which a mismatched
         # call can make the MPI library itself abort)
         self.gated = gated
-        now = time.monotonic()
-        self.t_issue = self.last_progress = now
-        self.t_start = self.t_end = None
-        self.polls = self.tries = self.yields = self.yields_progress = 0
-        self.spins = self.threshold = 0
-        self.consecutive = 1
+        self.t_issue = self.last_progress = time.monotonic()
 
     # -- identity -------------------------------------------------------------------------
     coll = property(lambda self: self.plan.coll)
@@ -91,11 +85,11 @@ class Task:
         the persistent request it takes is free again)."""
         return started(self.prev) and (self.lane.needs_slot or self.lane.startable())
 
-    def start(self) -> None:
+    def start(self, now=None) -> None:
         """Post the check's collective, then the data's (the same order on every rank), and
         run to the first wait."""
         self.state = RUNNING
-        self.t_start = self.last_progress = time.monotonic()
+        self.t_start = self.last_progress = now or time.monotonic()
         self.prev = None
         if self.check is not None:
             self.check.start()
@@ -112,6 +106,14 @@ class Task:
         progressed = False
         lane, check = self.lane, self.check
         try:
+            if check is None and self.doomed is None:      # most calls: the data alone
+                if not lane.run():
+                    return False
+                now = self.last_progress = time.monotonic()
+                if lane.done:
+                    self.state = DONE
+                    self.t_end = now
+                return True
             if check is not None and not check.done and check.run():
                 progressed = True
                 if check.done:
@@ -129,20 +131,24 @@ class Task:
                 self.state = DONE
                 self.t_end = time.monotonic()
                 progressed = True
-        except MPI.Exception as exc:
-            self._mpi_error(exc)
-            return True
-        except CollectiveMismatch as exc:
-            self.fail(exc)
-            return True
-        except Exception as exc:    # a kernel or copy failed: this collective, not the engine
-            err = HpcCollError(f"{self.describe()} failed on this rank: {exc!r}")
-            err.__cause__ = exc
-            self.fail(err)
+        except Exception as exc:
+            self.fail_from(exc)
             return True
         if progressed:
             self.last_progress = time.monotonic()
         return progressed
+
+    def fail_from(self, exc: Exception) -> None:
+        """What polling raised: MPI's error (explained, where ranks disagree), a mismatch,
+        or a kernel or copy that failed (this collective's failure, not the engine's)."""
+        if isinstance(exc, MPI.Exception):
+            self._mpi_error(exc)
+        elif isinstance(exc, CollectiveMismatch):
+            self.fail(exc)
+        else:
+            err = HpcCollError(f"{self.describe()} failed on this rank: {exc!r}")
+            err.__cause__ = exc
+            self.fail(err)
 
     def _verify(self) -> None:
         """The check finished: all agreed, or raise naming who differs."""

@@ -114,6 +114,12 @@ def barrier(hc):
 
 
 def bcast(hc, buf, root):
+    # a NumPy array in C order and a rank: no message parsing (the common case)
+    if buf.__class__ is np.ndarray and root.__class__ is int and 0 <= root < hc.size:
+        dt = fast_dtype(buf)
+        if dt is not None and (root == hc.rank or buf.flags.writeable):
+            x = _flat(buf)
+            return Call("broadcast", x, x, x.size, None, root, True, None)
     root = _root(root)
     m = simple(buf, readonly=root == hc.rank)
     _check_root(root, hc.size)

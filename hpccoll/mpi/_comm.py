@@ -50,6 +50,7 @@ class Comm:
         self._mpi = mpi_comm
         self._ctx = ctx
         self._hc = hc
+        self._st, self._blocks = hc._state, hc._blocks
         self._freed = False
         self._stats = defaultdict(lambda: {"native": 0, "forwarded": 0})
 
@@ -124,10 +125,17 @@ class Comm:
         self._stats[name]["native"] += 1
         return self._hc._issue(call), None
 
-    def _blocking(self, name: str, plan, *args) -> None:
-        work, _ = self._run(name, plan, *args)
-        if work is not None:
-            work.wait()
+    def _blocking(self, name: str, read, *args) -> None:
+        """Run natively, waiting on the calling thread (CommState.run), or forward."""
+        if self._freed:
+            raise MPI.Exception(MPI.ERR_COMM)
+        call = read(self._hc, *args)
+        if call is calls.FORWARD:
+            self._stats[name]["forwarded"] += 1
+            getattr(self._mpi, name)(*args)
+            return
+        self._stats[name]["native"] += 1
+        self._st.run(call, self._blocks)
 
     def _nonblocking(self, name: str, plan, *args):
         work, request = self._run(name, plan, *args)
@@ -180,13 +188,28 @@ class Comm:
         self._blocking("Barrier", calls.barrier)
 
     def Bcast(self, buf, root: int = 0) -> None:
-        self._blocking("Bcast", calls.bcast, buf, root)
+        # the adapter's per-call cost: read, count, run (what _blocking does, unrolled)
+        if self._freed:
+            raise MPI.Exception(MPI.ERR_COMM)
+        call = calls.bcast(self._hc, buf, root)
+        if call is calls.FORWARD:
+            self._blocking("Bcast", lambda hc, *a: calls.FORWARD, buf, root)
+            return
+        self._stats["Bcast"]["native"] += 1
+        self._st.run(call, self._blocks)
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root: int = 0) -> None:
         self._blocking("Reduce", calls.reduce, sendbuf, recvbuf, op, root)
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
-        self._blocking("Allreduce", calls.allreduce, sendbuf, recvbuf, op)
+        if self._freed:           # as Bcast: _blocking unrolled
+            raise MPI.Exception(MPI.ERR_COMM)
+        call = calls.allreduce(self._hc, sendbuf, recvbuf, op)
+        if call is calls.FORWARD:
+            self._blocking("Allreduce", lambda hc, *a: calls.FORWARD, sendbuf, recvbuf, op)
+            return
+        self._stats["Allreduce"]["native"] += 1
+        self._st.run(call, self._blocks)
 
     def Allgather(self, sendbuf, recvbuf) -> None:
         self._blocking("Allgather", calls.allgather, sendbuf, recvbuf)

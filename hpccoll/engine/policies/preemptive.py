@@ -49,7 +49,7 @@ class PreemptivePolicy(Policy):
         self.head_tries = settings.head_tries
         self.queue: deque = deque()   # unfinished tasks, issue order
         self.active: list = []        # tasks holding a slot
-        self.detached: list = []      # started tasks MPI progresses (no slot)
+        self.detached: dict = {}      # started tasks MPI progresses (no slot), as keys
         self.cursor = 1               # walk position (index into queue) after the head
         self.head = None              # the head task whose streak is counted
         self.head_streak = 0          # consecutive tries the head got
@@ -61,17 +61,21 @@ class PreemptivePolicy(Policy):
         self.queue.append(task)
 
     def adopt(self, task) -> None:
-        self.queue.append(task)
-        self.detached.append(task)
+        """A task started at issue: polled with the detached ones, never in the walk."""
+        task.adopted = True
+        self.detached[task] = None
 
     def live(self) -> list:
-        return list(self.queue)
+        return list(self.queue) + [t for t in self.detached if t.adopted]
 
     def remove(self, task) -> None:
+        if task.adopted:
+            del self.detached[task]
+            return
         if task in self.active:
             self.active.remove(task)
-        elif task in self.detached:
-            self.detached.remove(task)
+        else:
+            self.detached.pop(task, None)
         if task in self.queue:
             self.queue.remove(task)
 
@@ -117,7 +121,7 @@ class PreemptivePolicy(Policy):
 
     def _try(self, engine, task) -> None:
         if not task.lane.needs_slot:      # MPI runs it: start it, no slot, no try
-            self.detached.append(task)
+            self.detached[task] = None
             engine.launch(task)
             if task.finished:
                 engine.retire(task)
