@@ -210,6 +210,11 @@ SETTINGS: tuple[Setting, ...] = (
             "(sleeping releases the GIL for the application).  Left at its default, it is 0 "
             "on a node whose ranks outnumber the CPUs they may run on (spinning there takes "
             "the core a peer needs).", minimum=0),
+    Setting("spin_us", float, 500.0,
+            "Microseconds a thread in wait() keeps polling without sleeping, however many "
+            "polls find nothing (MPI moves a large message while it is tested; a sleep there "
+            "only adds latency).  Left at its default, it is 0 on a node whose ranks "
+            "outnumber the CPUs they may run on.", minimum=0.0),
     Setting("yield_polls", int, 0,
             "Fruitless polls after spin_polls in which a thread waiting in wait() hands its CPU "
             "to another process (sched_yield) before it starts to sleep.  Left at its default, it "

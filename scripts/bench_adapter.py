@@ -58,8 +58,8 @@ def main() -> int:
     for name in args.calls.split(","):
         for nbytes in map(parse_bytes, args.sizes.split(",")):
             count = max(1, nbytes // 4)
-            iters = args.iters if nbytes <= (64 << 10) else max(10, args.iters // (
-                10 if nbytes <= (1 << 20) else 40))
+            iters = args.iters if nbytes <= (64 << 10) else max(30, args.iters // (
+                5 if nbytes <= (1 << 20) else 20))
             if name == "Allreduce":
                 x = (np.arange(count) % 7 + r).astype(np.float32)
                 a, b = np.empty_like(x), np.empty_like(x)

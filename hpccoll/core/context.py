@@ -89,7 +89,8 @@ class Context:
         s = self.settings
         if self.oversubscribed:
             values, sources = s.as_dict(), dict(s.sources)
-            for name, value in (("spin_polls", 0), ("yield_polls", OVERSUBSCRIBED_YIELDS)):
+            for name, value in (("spin_polls", 0), ("spin_us", 0.0),
+                                ("yield_polls", OVERSUBSCRIBED_YIELDS)):
                 if sources.get(name) == "default":
                     values[name], sources[name] = value, "oversubscribed node"
             self.settings = Settings(values, sources)

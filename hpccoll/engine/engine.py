@@ -204,14 +204,18 @@ class Engine:
                     print(f"hpccoll: exception in done-callback {fn!r}: {exc!r}", file=sys.stderr)
 
     # -- driving progress ----------------------------------------------------------------
-    def _backoff(self, idle: int, event: threading.Event | None = None) -> None:
+    def _backoff(self, idle: int, event: threading.Event | None = None,
+                 waited: float = 1.0) -> None:
         """After ``spin_polls`` fruitless passes, sleep (GIL released) for a time that grows
-        to ``poll_sleep_us``; ``event`` (new submissions) cuts it short.  A waiter (no
-        ``event``) first hands its CPU to another process ``yield_polls`` times: on an
-        oversubscribed node that is usually the peer it waits for (the daemon never yields:
-        nobody waits for it, and it would take the CPU from the application)."""
+        to ``poll_sleep_us``, and for a waiter to at most an eighth of the ``waited``
+        seconds so far (a collective that takes 1 ms is not found done 100 us late); a
+        waiter polls without sleeping for its first ``spin_us`` anyway (MPI moves a large
+        message while it is tested); ``event`` (new submissions) cuts the sleep short.  A waiter (no ``event``) first hands
+        its CPU to another process ``yield_polls`` times: on an oversubscribed node that
+        is usually the peer it waits for (the daemon never yields: nobody waits for it,
+        and it would take the CPU from the application)."""
         s = self.settings
-        if idle <= s.spin_polls:
+        if idle <= s.spin_polls or (event is None and waited * 1e6 < s.spin_us):
             return
         if self.policy.hot:
             return   # a yield happened: walk the queue at full speed (sched_yield would hand
@@ -224,7 +228,7 @@ class Engine:
             idle -= s.yield_polls
         delay = min(s.poll_sleep_us, 2.0 ** min(idle, 20)) * 1e-6
         if event is None:
-            time.sleep(delay)
+            time.sleep(min(delay, waited * 0.125))
         else:
             self._sleep(event, delay)
 
@@ -274,6 +278,7 @@ class Engine:
             self._want += 1
             self._resume.clear()
         old_slack = None
+        began = time.monotonic()
         try:
             while not work._done:
                 left = None if deadline is None else deadline - time.monotonic()
@@ -301,7 +306,7 @@ class Engine:
                         if (old_slack is None and _SET_SLACK and idle > self.settings.spin_polls
                                 + self.settings.yield_polls):
                             old_slack = _SET_SLACK(FINE_SLACK_NS)   # about to sleep
-                        self._backoff(idle)
+                        self._backoff(idle, waited=time.monotonic() - began)
                 finally:
                     self.driver = None
                     lock.release()
