@@ -47,7 +47,7 @@ def _shm(c: Choice) -> bool:
 
 
 def _tiny(c: Choice) -> bool:
-    return c.native and c.nbytes <= c.mpi_coll_bytes
+    return c.native and 0 < c.mpi_coll_bytes and c.nbytes <= c.mpi_coll_bytes
 
 
 def _native(c: Choice) -> bool:

@@ -9,7 +9,7 @@ from hpccoll.core.ops import CONTRACT_DTYPES
 
 pytestmark = pytest.mark.mpi
 
-COUNTS = [0, 1, 7, 1000, 70_001]   # 70_001 x 4 B > small_msg_bytes: the ring/chain paths
+COUNTS = [0, 1, 7, 1000, 70_001]   # 70_001: shared memory on one node (test_algorithms_mpi.py: rings)
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
 
 
