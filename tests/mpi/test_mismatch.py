@@ -1,0 +1,83 @@
+"""The deferred mismatch check (check_mismatch="deferred", the default), path by path: each
+one raises the same CollectiveMismatch on every rank, naming the ranks, the first
+differing sequence number and the fields, within its documented bound
+(core/mismatch.py): every mismatch_every collectives, mismatch_ms after the last
+comparison over the control plane, a wait that stalls for mismatch_ms, and close()."""
+import time
+
+import numpy as np
+import pytest
+
+import hpccoll
+from hpccoll import CollectiveMismatch, ContextClosed
+
+pytestmark = pytest.mark.mpi(min_size=2)
+
+
+def op_mismatch(comm):
+    """Same bytes on the wire, another op on rank 1: MPI completes it with garbage."""
+    comm.allreduce(np.arange(4, dtype=np.int32), op="max" if comm.rank == 1 else "sum").wait()
+
+
+def check(exc, seq):
+    assert set(exc.fields) == {"op"} and exc.fields["op"]["max"] == [1]
+    assert exc.ranks == (1,)
+    assert f"collective #{seq} " in str(exc)
+
+
+def test_every_nth_collective_compares_the_digest():
+    with hpccoll.init(timeout=60, mismatch_every=4, mismatch_ms=60_000) as ctx:
+        comm = ctx.world.dup()
+        comm.barrier().wait()                        # #0
+        op_mismatch(comm)                            # #1: returns garbage, no error yet
+        with pytest.raises(CollectiveMismatch) as info:
+            for _ in range(3):                       # #2, #3: the 4th carries the digest
+                comm.barrier().wait(timeout=30)
+        check(info.value, 1)
+        with pytest.raises(ContextClosed, match="unusable"):
+            comm.barrier()
+
+
+def test_a_quiet_communicator_is_compared_after_mismatch_ms():
+    """No further collective after the mismatch: the control plane's note finds it, and
+    the next call there raises it."""
+    with hpccoll.init(timeout=60, mismatch_every=1000, mismatch_ms=50) as ctx:
+        comm = ctx.world.dup()
+        op_mismatch(comm)                            # #0
+        deadline = time.monotonic() + 10
+        while comm.broken is None and time.monotonic() < deadline:
+            time.sleep(0.01)                         # the engine thread compares meanwhile
+        with pytest.raises(CollectiveMismatch) as info:
+            comm.barrier()
+        check(info.value, 0)
+        with pytest.raises(ContextClosed, match="unusable"):
+            comm.barrier()
+
+
+def test_a_stalled_wait_probes():
+    """Counts that differ on hpccoll's own point-to-point algorithm: the transfers cannot
+    line up, a wait stalls, a probe finds who differs, every rank raises (a rank whose
+    shorter message completed its own part raises on its next call there)."""
+    with hpccoll.init(timeout=60, mismatch_every=1000, mismatch_ms=50, mpi_coll_bytes=0,
+                      shm=False) as ctx:
+        comm = ctx.world.dup()
+        n = 3000 if ctx.rank == 0 else 5
+        with pytest.raises(CollectiveMismatch) as info:
+            comm.allreduce(np.ones(n, np.float32)).wait(timeout=30)
+            deadline = time.monotonic() + 10
+            while comm.broken is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            comm.barrier()
+        assert set(info.value.fields) == {"count"}
+        assert info.value.ranks and set(info.value.ranks) <= set(range(ctx.size))
+
+
+def test_close_compares_what_was_not_compared_yet(mpi_world):
+    """The mismatched collective is the last one: close() finds it on every rank and
+    raises it once everything is freed (a with block does, when nothing else went wrong)."""
+    ctx = hpccoll.init(timeout=60, mismatch_every=1000, mismatch_ms=60_000)
+    op_mismatch(ctx.world)
+    with pytest.raises(CollectiveMismatch) as info:
+        ctx.close()
+    check(info.value, 0)
+    mpi_world.Barrier()          # every rank got here: nobody was left in close()
