@@ -121,17 +121,24 @@ class CommState:
             self.broken = exc
 
     def _plan(self, call, keyed: bool, blocks):
-        """The plan of this call's signature (made the first time it is seen)."""
-        reg = plans.registered(self.ctx, call) if self.ctx._allocs and not keyed else None
-        if keyed or blocks is not None or call.device is not None or call.layout or reg:
+        """The plan of this call's signature (made the first time it is seen).  Where the
+        buffers live (registered or not) matters only to hpccoll's own algorithms: it is
+        looked at when the plan without it is not MPI's own collective."""
+        if keyed or blocks is not None or call.device is not None or call.layout:
             sig = (call.coll, call.send.dtype, call.count, call.op, call.root, call.inplace,
-                   keyed, blocks, call.device is None, call.layout,
-                   reg.key if reg is not None else None)
+                   keyed, blocks, call.device is None, call.layout)
         else:   # the common signature: a shorter key
             sig = (call.coll, call.send.dtype, call.count, call.op, call.root, call.inplace)
         plan = self.plans.get(sig)
         if plan is None:
-            plan = self.plans[sig] = plans.make(self, call, keyed, blocks, reg)
+            plan = self.plans[sig] = plans.make(self, call, keyed, blocks, None)
+        if self.ctx._allocs and plan.recipe is None and not keyed and call.device is None:
+            reg = plans.registered(self.ctx, call)
+            if reg is not None:
+                sig += (reg.key,)
+                plan = self.plans.get(sig)
+                if plan is None:
+                    plan = self.plans[sig] = plans.make(self, call, keyed, blocks, reg)
         return plan
 
     def issue(self, call, key: Optional[str] = None, blocks: Optional[int] = None):
