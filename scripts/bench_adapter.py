@@ -13,32 +13,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hpccoll.mpi  # noqa: E402
-from hpccoll.timing import human_bytes, parse_bytes  # noqa: E402
-
-
-def timed(world, fns, iters):
-    """Median seconds of each fn (slowest rank), alternating the order every iteration."""
-    from mpi4py import MPI
-    times = [[] for _ in fns]
-    for it in range(iters + 5):
-        for j in (range(len(fns)) if it % 2 == 0 else reversed(range(len(fns)))):
-            world.Barrier()
-            t0 = time.perf_counter()
-            fns[j]()
-            dt = time.perf_counter() - t0
-            if it >= 5:
-                times[j].append(dt)
-    local = np.array([np.median(t) for t in times])
-    worst = np.empty_like(local)
-    world.Allreduce(local, worst, op=MPI.MAX)
-    return worst
+from hpccoll.timing import human_bytes, parse_bytes, time_interleaved  # noqa: E402
 
 
 def main() -> int:
@@ -73,7 +54,8 @@ def main() -> int:
                 x = np.full(per, r, np.float32)
                 a, b = np.empty(n * per, np.float32), np.empty(n * per, np.float32)
                 ours, theirs = (lambda: comm.Allgather(x, a)), (lambda: mine.Allgather(x, b))
-            t_ours, t_mpi = timed(world, [ours, theirs], iters)
+            t_ours, t_mpi = (float(np.median(t)) for t in
+                             time_interleaved(world, [ours, theirs], iters, warmup=5))
             ok = world.allreduce(bool(np.array_equal(a, b)), op=MPI.LAND)
             rows.append((name, nbytes, t_ours, t_mpi, ok))
     comm.context.close()

@@ -171,7 +171,7 @@ class CommState:
                     elif ledger.due(seq):
                         check = self._check(digest, ledger.padded(ledger.every), tag)
                 prev = self.last
-                if prev is not None and (prev.t_start is not None or prev.state == "failed"):
+                if prev is not None and (prev.posted or prev.state == "failed"):
                     prev = None
                 task = self.Task(engine, self, plan, seq, None, lane, call.result, check, prev,
                                  gated)
@@ -196,7 +196,10 @@ class CommState:
         watchdog, reports and the mismatch probes see it."""
         if not self.ok:
             self.usable()
-        plan = self._plan(call, False, blocks)
+        plan = None if self.ctx._allocs else self.plans.get(
+            (call.coll, call.send.dtype, call.count, call.op, call.root, call.inplace))
+        if plan is None or call.device is not None or blocks is not None or call.layout:
+            plan = self._plan(call, False, blocks)   # (the same key, made the long way)
         if plan.early and self.fast:
             engine = self.engine
             task = error = req = None
@@ -209,31 +212,31 @@ class CommState:
                 ledger = self.ledger
                 slots = recipe.slots
                 slot = slots[plan.uses % len(slots)] if slots else None
-                if ((prev is None or prev.t_start is not None or prev.state == "failed")
+                # the previous collective of this communicator has posted its MPI calls
+                # (Task.posted is set after them): no lock of the engine is needed
+                if ((prev is None or prev.posted or prev.state == "failed")
                         and (ledger is None or seq % ledger.every != ledger.every - 1)
-                        and (slot is None or not slot.busy)
-                        and not engine._want and engine.lock.acquire(False)):
+                        and (slot is None or not slot.busy)):
+                    self.seq = seq + 1
+                    if slot is not None:
+                        plan.uses += 1
+                    if ledger is not None:
+                        ledger.record(seq, plan.fp, plan.fp_hash)
+                    self.last = None      # posted: nothing waits on it to start
+                    # no lane object unless it becomes a task after all
                     try:
-                        self.seq = seq + 1
-                        if slot is not None:
-                            plan.uses += 1
-                        if ledger is not None:
-                            ledger.record(seq, plan.fp, plan.fp_hash)
-                        self.last = None      # started: nothing waits on it to start
-                        # no lane object unless it becomes a task after all
-                        try:
-                            if slot is None:
-                                req = post(recipe, call.send, call.recv)
-                            else:
-                                req = start_slot(recipe, slot, call.send)
-                        except Exception as exc:   # fails like a task: named, peers told
-                            task = self._started(plan, seq, call, slot, None)
-                            engine.adopt(task, start_error=exc)
-                    finally:
-                        engine.lock.release()
+                        if slot is None:
+                            req = post(recipe, call.send, call.recv)
+                        else:
+                            req = start_slot(recipe, slot, call.send)
+                    except Exception as exc:   # fails like a task: named, peers told
+                        error = exc
+                        task = self._started(plan, seq, call, slot, None)
             finally:
                 lock.release()
-            if task is not None:
+            if task is not None:               # (the engine's lock after ours: never inside)
+                with engine.lock:
+                    engine.adopt(task, start_error=error)
                 return task.wait()
             if req is not None:
                 test = req.Test
@@ -259,6 +262,7 @@ class CommState:
         task = self.Task(self.engine, self, plan, seq, None, lane, call.result)
         task.state = RUNNING
         task.t_start = task.t_issue
+        task.posted = True
         return task
 
     def _check(self, value, rows, tag, direct=False):

@@ -24,9 +24,9 @@ TRUNCATE_GRACE = 2.0   # seconds a task that saw a truncated message waits for a
 
 
 def started(prev) -> bool:
-    """``prev``, a communicator's previous order-matched task (or None), has started (or
-    ended), so the next one may start its MPI calls: see Task.startable."""
-    return prev is None or prev.t_start is not None or prev.state is FAILED
+    """``prev``, a communicator's previous order-matched task (or None), has posted its MPI
+    collectives (or failed), so the next one may post its own: see Task.startable."""
+    return prev is None or prev.posted or prev.state is FAILED
 
 
 class Task(Work):
@@ -34,6 +34,7 @@ class Task(Work):
     key_instance = 0
     error = doomed = gseq = yield_times = None
     retired = probed = made_progress = adopted = False
+    posted = False       # every MPI collective of it is posted (the next may post its own)
     t_start = t_end = None
     polls = tries = yields = yields_progress = spins = threshold = 0
     consecutive = 1
@@ -97,6 +98,8 @@ class Task(Work):
             self.poll()         # posts the first transfers; MPI errors are the poll's to explain
         elif not self.gated:
             self.lane.start()   # MPI runs it from here
+        # last: the communicator's next collective reads it without a lock
+        self.posted = not self.gated
 
     def poll(self) -> bool:
         """Test what the task waits on and continue where it can.  True on progress."""
@@ -121,6 +124,7 @@ class Task(Work):
             if self.gated and check.done:
                 self.gated = False
                 lane.start()
+                self.posted = True
             if self.doomed is None:
                 if not lane.done and not self.gated and lane.run():
                     progressed = True

@@ -52,6 +52,9 @@ def fast_dtype(arr: np.ndarray) -> Optional[np.dtype]:
     return None if datatype is None else dt
 
 
+_ARRAYS = _arrays     # for the adapter's inline checks (_calls.bcast)
+
+
 def native_dtype(datatype) -> Optional[np.dtype]:
     """The NumPy dtype hpccoll runs ``datatype`` as, or None to forward."""
     key = datatype.py2f()
