@@ -135,15 +135,25 @@ class Context:
             dt = np.dtype(dtype)
         except TypeError:
             raise ArgumentTypeError(f"dtype: not a NumPy dtype: {dtype!r}") from None
+        from .ops import DTYPE_CODE, DTYPES
+        if dt not in DTYPE_CODE:      # before anything is allocated
+            raise ArgumentTypeError(f"dtype: {dt} is not supported; expected one of "
+                                    f"{', '.join(DTYPES)}")
         nbytes = int(n) * dt.itemsize
         sizes = self._ctl.allgather(nbytes)
         if len(set(sizes)) != 1:
             raise ArgumentError(f"n: registered buffers are symmetric: every rank must allocate "
                                 f"the same size; got {sorted(set(sizes))} bytes on different ranks")
         from ..transport import shm
-        alloc = shm.Registered(len(self._allocs) + 1, self._node, nbytes)
+        try:
+            alloc = shm.Registered(len(self._allocs) + 1, self._node, nbytes)
+        except self._MPI.Exception as exc:
+            raise HpcCollError(
+                f"n: {n} x {dt} ({nbytes} bytes) of node-shared memory could not be "
+                f"allocated on this node: {exc.Get_error_string().splitlines()[0]}; ask for "
+                "less, or free registered arrays you no longer use") from exc
         self._allocs.append(alloc)
-        return alloc.mine[:nbytes].view(dt)
+        return alloc.hand_out().view(dt)
 
     def zeros(self, n: int, dtype=np.float64) -> np.ndarray:
         """Like empty(), filled with zeros (collective)."""
@@ -248,8 +258,7 @@ class Context:
         if synced:
             for st in self._states():
                 st.free_mpi()
-            for alloc in self._allocs:
-                alloc.free()
+            self._free_allocations()
             if self._node is not None:
                 self._node.Free()
         for st in self._states():
@@ -259,6 +268,21 @@ class Context:
         self.world._state.stop()
         if mismatches and raise_mismatch:
             raise mismatches[0]
+
+    def _free_allocations(self) -> None:
+        """Free the registered allocations no array uses on any rank of the node any more
+        (freeing a shared window is collective over the node: the ranks agree first); keep
+        the others mapped until MPI_Finalize, so such arrays stay valid after close()."""
+        if not self._allocs:
+            return
+        used = np.array([a.in_use() for a in self._allocs], np.uint8)
+        self._node.Allreduce(self._MPI.IN_PLACE, used, op=self._MPI.MAX)
+        for alloc, keep in zip(self._allocs, used):
+            if keep:
+                alloc.keep()
+            else:
+                alloc.free()
+        self._allocs = []
 
     def _abandon(self) -> None:
         """At interpreter exit without close(): stop the engine, nothing collective."""

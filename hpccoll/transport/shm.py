@@ -24,6 +24,7 @@ array is at the same offset of its own segment.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Optional
 
 import numpy as np
@@ -118,8 +119,17 @@ def create(comm, world_ranks, settings) -> Optional[dict]:
     return {"area": area, "local": local, "cross": cross}
 
 
+_KEPT: list = []   # allocations an array still used when their context closed
+
+
 class Registered:
-    """One symmetric allocation in node-shared memory (ctx.empty / ctx.zeros)."""
+    """One symmetric allocation in node-shared memory (ctx.empty / ctx.zeros).
+
+    The array handed out (``user``) is an array of its own over this rank's segment: every
+    view of it keeps it alive, and ``in_use`` (a weak reference to it) tells whether any
+    does.  The window is freed only when no rank of the node still uses its allocation;
+    otherwise it stays mapped until MPI_Finalize, so that an array used after
+    ``ctx.close()`` never reads unmapped memory."""
 
     def __init__(self, ident: int, ncomm, nbytes: int):
         self.id = ident
@@ -130,6 +140,18 @@ class Registered:
                      for q in range(size)]
         self.mine = self.segs[ncomm.Get_rank()]
         self.base = self.mine.__array_interface__["data"][0] if nbytes else 0
+        user = np.frombuffer(self.win.Shared_query(ncomm.Get_rank())[0], dtype=np.uint8,
+                             count=nbytes)
+        self.user = user
+        self._users = weakref.ref(user)
+
+    def hand_out(self) -> np.ndarray:
+        """The array the application gets (held only by it from now on)."""
+        user, self.user = self.user, None
+        return user
+
+    def in_use(self) -> bool:
+        return self._users() is not None
 
     def offset(self, address: int, nbytes: int) -> Optional[int]:
         if self.nbytes and self.base <= address and address + nbytes <= self.base + self.nbytes:
@@ -141,3 +163,7 @@ class Registered:
             self.win.Free()
         except MPI.Exception:
             pass
+
+    def keep(self) -> None:
+        """Closing while an array still uses it: the window stays until MPI_Finalize."""
+        _KEPT.append(self)
