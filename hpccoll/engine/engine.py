@@ -205,17 +205,21 @@ class Engine:
 
     # -- driving progress ----------------------------------------------------------------
     def _backoff(self, idle: int, event: threading.Event | None = None,
-                 waited: float = 1.0) -> None:
+                 waited: float = 1.0, mpi: bool = False) -> None:
         """After ``spin_polls`` fruitless passes, sleep (GIL released) for a time that grows
         to ``poll_sleep_us``, and for a waiter to at most an eighth of the ``waited``
         seconds so far (a collective that takes 1 ms is not found done 100 us late); a
         waiter polls without sleeping for its first ``spin_us`` anyway (MPI moves a large
-        message while it is tested); ``event`` (new submissions) cuts the sleep short.  A waiter (no ``event``) first hands
+        message while it is tested), and for the whole wait on a collective the MPI library
+        runs itself (``mpi``: its data moves only while some call into MPI progresses it, and
+        a peer may need this rank's progress for its own; MPI's own blocking calls spin
+        likewise); ``event`` (new submissions) cuts the sleep short.  A waiter (no ``event``) first hands
         its CPU to another process ``yield_polls`` times: on an oversubscribed node that
         is usually the peer it waits for (the daemon never yields: nobody waits for it,
         and it would take the CPU from the application)."""
         s = self.settings
-        if idle <= s.spin_polls or (event is None and waited * 1e6 < s.spin_us):
+        if idle <= s.spin_polls or (event is None and s.spin_us and (
+                mpi or waited * 1e6 < s.spin_us)):
             return
         if self.policy.hot:
             return   # a yield happened: walk the queue at full speed (sched_yield would hand
@@ -306,7 +310,8 @@ class Engine:
                         if (old_slack is None and _SET_SLACK and idle > self.settings.spin_polls
                                 + self.settings.yield_polls):
                             old_slack = _SET_SLACK(FINE_SLACK_NS)   # about to sleep
-                        self._backoff(idle, waited=time.monotonic() - began)
+                        self._backoff(idle, waited=time.monotonic() - began,
+                                      mpi=not task.lane.needs_slot)
                 finally:
                     self.driver = None
                     lock.release()

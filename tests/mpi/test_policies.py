@@ -150,7 +150,8 @@ def test_oversubscribed_node_yields_instead_of_spinning(mpi_world):
 def test_waiters_yield_before_they_sleep_and_the_daemon_never_yields(monkeypatch):
     """Engine._backoff: spin_polls fruitless polls free, then yield_polls yields of the
     CPU, then sleeps growing from 1 us, for a thread in wait() (which spins the whole of
-    its first spin_us, and never sleeps more than an eighth of what it waited so far);
+    its first spin_us, or all of a wait on a collective MPI runs, and never sleeps more
+    than an eighth of what it waited so far);
     the daemon (which passes its wake-up event) goes straight from spinning to sleeping."""
     from types import SimpleNamespace
     from hpccoll.engine import engine as en
@@ -171,9 +172,14 @@ def test_waiters_yield_before_they_sleep_and_the_daemon_never_yields(monkeypatch
     en.Engine._backoff(fake, 8, waited=24e-6 + 50e-6)
     assert calls == [("sleep", 4)]
     calls.clear()
+    en.Engine._backoff(fake, 8, waited=1.0, mpi=True)
+    assert calls == []                       # a collective MPI runs: spin the whole wait
     fake.settings.spin_us = 0.0
     en.Engine._backoff(fake, 8, waited=16e-6)
     assert calls == [("sleep", 2)]          # an eighth of what it waited
+    calls.clear()
+    en.Engine._backoff(fake, 8, waited=16e-6, mpi=True)
+    assert calls == [("sleep", 2)]          # ...unless the node is oversubscribed
     calls.clear()
     calls.clear()
     for idle in range(1, 5):
