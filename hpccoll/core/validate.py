@@ -190,7 +190,8 @@ _RECV_OK = _C_ALIGNED | _WRITEABLE
 def allreduce(comm, sendbuf, recvbuf, op) -> Call:
     # the common case first, checked exactly as below: exact NumPy arrays, an op already
     # seen with this dtype (ops._VALID holds only valid pairs of supported dtypes), two
-    # arrays that own their memory or the same array
+    # arrays that own their memory (or views, registered ones included, whose bounds do
+    # not meet) or the same array
     if sendbuf.__class__ is _ND:
         dt = sendbuf.dtype
         name = _VALID.get((op, dt)) if op.__class__ is str else None
@@ -203,7 +204,8 @@ def allreduce(comm, sendbuf, recvbuf, op) -> Call:
                     and recvbuf.dtype == dt and recvbuf.size == s.size):
                 if recvbuf is sendbuf:
                     return Call("allreduce", s, s, s.size, name, 0, True, recvbuf)
-                if sendbuf.base is None and recvbuf.base is None:
+                if ((sendbuf.base is None and recvbuf.base is None)
+                        or not np.may_share_memory(sendbuf, recvbuf)):
                     r = recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1)
                     return Call("allreduce", s, r, s.size, name, 0, False, recvbuf)
     s, sdev = array(sendbuf, "sendbuf")

@@ -229,6 +229,14 @@ def test_bad_arguments_raise_before_queueing(pctx):
     both = np.ones(8, np.float32)
     with pytest.raises(hpccoll.ArgumentError, match="overlaps"):
         pctx.world.allreduce(both[:4], both[2:6])
+    # views are fine where their memory does not meet, and the same memory through two
+    # view objects is the in-place form
+    buf = np.arange(8, dtype=np.int64)
+    pctx.world.allreduce(buf[:4], buf[4:]).wait()
+    np.testing.assert_array_equal(buf, np.r_[np.arange(4), np.arange(4) * pctx.size])
+    buf = np.arange(8, dtype=np.int64)
+    pctx.world.allreduce(buf[2:6], buf.reshape(2, 4)[:, :].reshape(-1)[2:6]).wait()
+    np.testing.assert_array_equal(buf, np.r_[0, 1, np.arange(2, 6) * pctx.size, 6, 7])
     odd = np.frombuffer(bytearray(65), np.float64, count=8, offset=1)
     with pytest.raises(hpccoll.ArgumentError, match="sendbuf: expected an array aligned"):
         pctx.world.allreduce(odd)
