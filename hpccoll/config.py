@@ -319,8 +319,14 @@ def markdown() -> str:
 
 
 def main(argv: Optional[list] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--markdown" in argv:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m hpccoll config", description=(
+        "The effective settings (arguments aside): each one's value, where it came from "
+        "(default or environment) and its environment variable."))
+    ap.add_argument("--markdown", action="store_true",
+                    help="print the reference table of docs/config.md instead")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.markdown:
         sys.stdout.write(markdown())
     else:
         print(describe())
