@@ -109,6 +109,11 @@ def _span(vm) -> int:
 
 _EMPTY = np.empty(0, np.uint8)
 
+# A loop that broadcasts one small array reads it once: an adapter method keeps the Call
+# of its last plain 1-D array up to this size (and so a reference to it) and hands it
+# over again while the array, its flags and its dtype are the same.
+RECENT_BYTES = 64 << 10
+
 
 # -- the collectives --------------------------------------------------------------------
 

@@ -92,6 +92,61 @@ def test_malformed_raises_like_mpi4py(world, adapter, case):
     assert (y == world.size).all()
 
 
+def test_the_same_arrays_again_are_read_again_where_they_changed(world, adapter):
+    """Bcast and Allreduce keep the reading of their last small arrays; a call on the same
+    array objects after a change of root, op, dtype, shape or writability sees the change
+    (results as mpi4py's on copies; the same error as mpi4py's)."""
+    n, r = world.size, world.rank
+    buf = np.arange(4, dtype=np.int32) + 10 * r
+
+    def bcast(root):
+        theirs = buf.copy()
+        world.Bcast(theirs, root=root)
+        adapter.Bcast(buf, root=root)
+        np.testing.assert_array_equal(buf, theirs)
+
+    for root in (0, 0, n - 1, n - 1):
+        buf[:] = np.arange(4) + 10 * r
+        bcast(root)
+    buf.dtype = np.int16                 # 8 elements now: every byte must travel
+    buf[:] = np.arange(8) + 10 * r
+    bcast(n - 1)
+    assert (buf == np.arange(8) + 10 * (n - 1)).all()
+    buf.shape = (2, 4)
+    buf[...] = 10 * r + 1
+    bcast(n - 1)
+    assert (buf == 10 * (n - 1) + 1).all()
+
+    x, y = np.arange(4, dtype=np.int32) + r, np.zeros(4, np.int32)
+
+    def allreduce(send, op):
+        want = np.empty_like(y)
+        world.Allreduce(x if send is not MPI.IN_PLACE else y.copy(), want, op=op)
+        adapter.Allreduce(send, y, op=op)
+        np.testing.assert_array_equal(y, want)
+
+    for op in (MPI.SUM, MPI.SUM, MPI.MAX, MPI.MIN):
+        allreduce(x, op)
+    # the arrays and the op as last time (MIN), their dtype not
+    x.dtype = y.dtype = np.int16         # 8 elements now
+    x[:] = np.arange(8) + r
+    allreduce(x, MPI.MIN)
+    x.dtype = y.dtype = np.float16       # the same count, another type
+    x[:] = np.arange(8) + r + 0.5
+    allreduce(x, MPI.MIN)
+    for _ in range(2):
+        y[:] = r + 1
+        allreduce(MPI.IN_PLACE, MPI.SUM)
+    assert (y == n * (n + 1) / 2).all()
+    y.flags.writeable = False
+    errors = []
+    for comm in (world, adapter):
+        with pytest.raises(Exception) as e:
+            comm.Allreduce(x, y, op=MPI.SUM)
+        errors.append(type(e.value))
+    assert errors[0] is errors[1]
+
+
 def test_counts_past_the_buffer_raise(adapter):
     """mpi4py hands MPI a count past the buffer's end (MPI then reads or writes foreign
     memory); the adapter refuses, before anything is queued."""
