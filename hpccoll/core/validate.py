@@ -247,13 +247,21 @@ def allgather(comm, sendbuf, recvbuf) -> Call:
         r, rdev, result = _new(size * m, s, sdev)
         return Call("allgather", s, r, m, None, 0, False, result, _devices(sdev, rdev))
     r, rdev = _recvbuf(recvbuf, size * m, s.dtype, f"size*n = {size}*{m}", sdev)
-    if _overlap(s, r, sdev, rdev):
-        # NCCL's in-place form: sendbuf is block `rank` of recvbuf
-        if _address(s, sdev) == _address(r, rdev) + rank * m * s.dtype.itemsize:
-            return Call("allgather", s, r, m, None, 0, True, recvbuf, _devices(sdev, rdev))
-        raise ArgumentError("recvbuf: overlaps sendbuf; for in-place allgather sendbuf must be "
-                            f"block {rank} of recvbuf, or pass the same array twice")
-    return Call("allgather", s, r, m, None, 0, False, recvbuf, _devices(sdev, rdev))
+    # NCCL's in-place form: sendbuf is block `rank` of recvbuf
+    inplace = _block_in_place("allgather", "sendbuf", s, sdev, "recvbuf", r, rdev, rank, m)
+    return Call("allgather", s, r, m, None, 0, inplace, recvbuf, _devices(sdev, rdev))
+
+
+def _block_in_place(coll, inner_name, inner, idev, outer_name, outer, odev, rank, m) -> bool:
+    """Whether ``inner`` is block ``rank`` (of ``m`` elements) of ``outer``: the in-place
+    form of allgather and reduce_scatter.  False where they do not overlap; any other
+    overlap is an error."""
+    if not _overlap(inner, outer, idev, odev):
+        return False
+    if _address(inner, idev) == _address(outer, odev) + rank * m * inner.dtype.itemsize:
+        return True
+    raise ArgumentError(f"recvbuf: overlaps sendbuf; for in-place {coll} {inner_name} must be "
+                        f"block {rank} of {outer_name}, or pass the same array twice")
 
 
 def reduce_scatter(comm, sendbuf, recvbuf, op) -> Call:
@@ -273,12 +281,8 @@ def reduce_scatter(comm, sendbuf, recvbuf, op) -> Call:
         r, rdev, result = _new(m, s, sdev)
         return Call("reduce_scatter", s, r, m, op, 0, False, result, _devices(sdev, rdev))
     r, rdev = _recvbuf(recvbuf, m, s.dtype, f"sendbuf's size / {size}", sdev)
-    if _overlap(s, r, sdev, rdev):
-        if _address(r, rdev) == _address(s, sdev) + rank * m * s.dtype.itemsize:
-            return Call("reduce_scatter", s, r, m, op, 0, True, recvbuf, _devices(sdev, rdev))
-        raise ArgumentError("recvbuf: overlaps sendbuf; for in-place reduce_scatter recvbuf must be "
-                            f"block {rank} of sendbuf, or pass the same array twice")
-    return Call("reduce_scatter", s, r, m, op, 0, False, recvbuf, _devices(sdev, rdev))
+    inplace = _block_in_place("reduce_scatter", "recvbuf", r, rdev, "sendbuf", s, sdev, rank, m)
+    return Call("reduce_scatter", s, r, m, op, 0, inplace, recvbuf, _devices(sdev, rdev))
 
 
 def alltoall(comm, sendbuf, recvbuf) -> Call:

@@ -237,6 +237,19 @@ def test_bad_arguments_raise_before_queueing(pctx):
     buf = np.arange(8, dtype=np.int64)
     pctx.world.allreduce(buf[2:6], buf.reshape(2, 4)[:, :].reshape(-1)[2:6]).wait()
     np.testing.assert_array_equal(buf, np.r_[0, 1, np.arange(2, 6) * pctx.size, 6, 7])
+    # the in-place forms of allgather and reduce_scatter: this rank's block, no other
+    n, r = pctx.size, pctx.rank
+    out = np.arange(2 * n + 1, dtype=np.int64)
+    with pytest.raises(hpccoll.ArgumentError, match=f"sendbuf must be block {r} of recvbuf"):
+        pctx.world.allgather(out[2 * r + 1:2 * r + 3], out[:2 * n])
+    with pytest.raises(hpccoll.ArgumentError, match=f"recvbuf must be block {r} of sendbuf"):
+        pctx.world.reduce_scatter(out[:2 * n], out[2 * r + 1:2 * r + 3])
+    out = np.zeros(2 * n, np.int64)
+    out[2 * r:2 * r + 2] = r
+    pctx.world.allgather(out[2 * r:2 * r + 2], out).wait()
+    np.testing.assert_array_equal(out, np.repeat(np.arange(n), 2))
+    pctx.world.reduce_scatter(out, out[2 * r:2 * r + 2]).wait()
+    np.testing.assert_array_equal(out[2 * r:2 * r + 2], [r * n] * 2)
     odd = np.frombuffer(bytearray(65), np.float64, count=8, offset=1)
     with pytest.raises(hpccoll.ArgumentError, match="sendbuf: expected an array aligned"):
         pctx.world.allreduce(odd)
