@@ -30,6 +30,7 @@ check_mismatch="every" compares each call's fingerprint before the call complete
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Optional
 
 import numpy as np
@@ -45,6 +46,12 @@ _MIX = 1_000_003
 def with_seq(fp: tuple, seq: int) -> tuple:
     """The full fingerprint of one call from its plan's (whose sequence field is 0)."""
     return fp[:SEQ] + (seq,) + fp[SEQ + 1:]
+
+
+def stable_hash(data: bytes) -> int:
+    """A fingerprint field from bytes (a key, a list of counts): 63 bits, the same in
+    every process (Python's own hash of bytes is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
 
 
 def fp_hash(fp: tuple) -> int:

@@ -15,7 +15,6 @@ communicator is queued before it, or queue it for the engine.
 """
 from __future__ import annotations
 
-import hashlib
 import threading
 from functools import partial
 from typing import Optional
@@ -29,7 +28,7 @@ from .pool import BufferPool
 
 
 # from hpccoll.engine, once a communicator exists (they import mpi4py.MPI)
-MpiLane = RUNNING = post = start_slot = finish_slot = None
+MpiLane = RUNNING = post = start_slot = finish_slot = started = None
 
 
 def _row(fp, seq):
@@ -37,16 +36,16 @@ def _row(fp, seq):
 
 
 def key_hash(key: str) -> int:
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 1
+    return mismatch.stable_hash(key.encode())
 
 
 class CommState:
     def __init__(self, ctx, mpi_comm, name: str, uid: str):
         MPI = ctx._MPI
-        global MpiLane, RUNNING, post, start_slot, finish_slot
+        global MpiLane, RUNNING, post, start_slot, finish_slot, started
         # these import mpi4py.MPI: only once MPI is initialised
         from ..engine.lane import MpiLane, finish_slot, post, start_slot
-        from ..engine.task import RUNNING, Task
+        from ..engine.task import RUNNING, Task, started
         self.Task = Task
         self.ctx = ctx
         self.engine = ctx._engine
@@ -154,11 +153,7 @@ class CommState:
                 seq = self.seq
                 self.seq = seq + 1
                 tag = (seq % self.tag_space) * 2
-                recipe = plan.recipe
-                if recipe is not None and not recipe.slots:     # MPI's own, no persistent
-                    lane = MpiLane(recipe, call.send, call.recv)
-                else:
-                    lane = plan.lane(self, call, tag, self.data)
+                lane = plan.lane(self, call, tag, self.data)
                 check = None
                 gated = False
                 ledger = self.ledger
@@ -171,7 +166,7 @@ class CommState:
                     elif ledger.due(seq):
                         check = self._check(digest, ledger.padded(ledger.every), tag)
                 prev = self.last
-                if prev is not None and (prev.posted or prev.state == "failed"):
+                if started(prev):
                     prev = None
                 task = self.Task(engine, self, plan, seq, None, lane, call.result, check, prev,
                                  gated)
@@ -196,10 +191,7 @@ class CommState:
         watchdog, reports and the mismatch probes see it."""
         if not self.ok:
             self.usable()
-        plan = None if self.ctx._allocs else self.plans.get(
-            (call.coll, call.send.dtype, call.count, call.op, call.root, call.inplace))
-        if plan is None or call.device is not None or blocks is not None or call.layout:
-            plan = self._plan(call, False, blocks)   # (the same key, made the long way)
+        plan = self._plan(call, False, blocks)
         if plan.early and self.fast:
             engine = self.engine
             task = error = req = None
@@ -214,8 +206,7 @@ class CommState:
                 slot = slots[plan.uses % len(slots)] if slots else None
                 # the previous collective of this communicator has posted its MPI calls
                 # (Task.posted is set after them): no lock of the engine is needed
-                if ((prev is None or prev.posted or prev.state == "failed")
-                        and (ledger is None or seq % ledger.every != ledger.every - 1)
+                if (started(prev) and (ledger is None or not ledger.due(seq))
                         and (slot is None or not slot.busy)):
                     self.seq = seq + 1
                     if slot is not None:

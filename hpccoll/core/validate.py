@@ -18,6 +18,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
+from .mismatch import stable_hash
 from .ops import _VALID, DTYPE_CODE, DTYPES, check_op, dtype_name
 
 _C_ALIGNED = 0x1 | 0x100     # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
@@ -322,9 +323,7 @@ def _fits(name: str, counts: tuple, displs: tuple, length: int) -> None:
 
 def counts_hash(counts: tuple) -> int:
     """What the mismatch check compares for counts every rank must share."""
-    import hashlib
-    digest = hashlib.blake2b(np.asarray(counts, np.int64).tobytes(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
+    return stable_hash(np.asarray(counts, np.int64).tobytes())
 
 
 def _host_only(x, name, writable=False):

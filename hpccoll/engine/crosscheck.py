@@ -106,13 +106,9 @@ class CrossCheck:
                 probe.waiting.discard(src)
                 if not probe.waiting:
                     self._decide(payload[1])
-        elif tag == TAG_NOTE:
-            _, seq, digest = payload
-            led = state.ledger
-            if seq > led.seq:
-                led.pending.append((seq, digest))
-            elif led.digest_at(seq) not in (None, digest):
-                self.probe(state)
+        elif tag == TAG_NOTE:     # compared now, or once this rank got that far
+            state.ledger.pending.append(payload[1:])
+            self._compare_pending(state)
         elif tag == TAG_VERDICT:
             self.apply(state, *payload[1:])
 

@@ -123,33 +123,29 @@ class Engine:
         try:
             if self.broken is not None:
                 return False
-            self._live += 1
-            if self.trace is not None:
-                task.yield_times = []
             self.switches += 1
-            now = self.app_active = task.t_issue
+            error = None
             try:
-                task.start(now)
+                task.start(task.t_issue)
             except Exception as exc:    # MPI errors at post time fail the collective
-                self._failed_start(task, exc)
-            self.policy.adopt(task)
-            if task.state is FAILED:
-                self.retire(task)
+                error = exc
+            self.adopt(task, start_error=error, now=task.t_issue)
         finally:
             lock.release()
         if self._callbacks:
             self.run_callbacks()
         return True
 
-    def adopt(self, task, start_error=None, poll_error=None) -> None:
-        """A task started by the application without the engine (CommState.run) joins
-        it; ``start_error``/``poll_error``: what MPI raised, for the task to deal with as
-        if the engine had started or polled it.  The caller holds ``lock``."""
+    def adopt(self, task, start_error=None, poll_error=None, now=None) -> None:
+        """A task started by the application (start_now, or CommState.run without the
+        engine) joins it; ``start_error``/``poll_error``: what MPI raised, for the task to
+        deal with as if the engine had started or polled it; ``now``: when the
+        application was last active.  The caller holds ``lock``."""
         self._live += 1
         if self.trace is not None:
             task.yield_times = []
         self.policy.adopt(task)
-        self.app_active = time.monotonic()
+        self.app_active = now or time.monotonic()
         if start_error is not None:
             self._failed_start(task, start_error)
         elif poll_error is not None:

@@ -116,6 +116,11 @@ class Comm:
             setattr(self._mpi, name, value)
 
     # -- the engine of every native method ---------------------------------------------
+    def _forward(self, name: str, *args):
+        """The call as mpi4py runs it, on the wrapped communicator (counted)."""
+        self._stats[name]["forwarded"] += 1
+        return getattr(self._mpi, name)(*args)
+
     def _run(self, name: str, read, *args):
         """(Work, None) when it ran natively, (None, mpi4py's return value) when forwarded.
         ``read`` checks the arguments once and returns the call the pipeline issues."""
@@ -123,8 +128,7 @@ class Comm:
             raise MPI.Exception(MPI.ERR_COMM)
         call = read(self._hc, *args)
         if call is calls.FORWARD:
-            self._stats[name]["forwarded"] += 1
-            return None, getattr(self._mpi, name)(*args)
+            return None, self._forward(name, *args)
         self._stats[name]["native"] += 1
         return self._hc._issue(call), None
 
@@ -134,8 +138,7 @@ class Comm:
             raise MPI.Exception(MPI.ERR_COMM)
         call = read(self._hc, *args)
         if call is calls.FORWARD:
-            self._stats[name]["forwarded"] += 1
-            getattr(self._mpi, name)(*args)
+            self._forward(name, *args)
             return
         self._stats[name]["native"] += 1
         self._st.run(call, self._blocks)
@@ -201,7 +204,7 @@ class Comm:
         else:
             call = calls.bcast(self._hc, buf, root)
             if call is calls.FORWARD:
-                self._blocking("Bcast", lambda hc, *a: calls.FORWARD, buf, root)
+                self._forward("Bcast", buf, root)
                 return
             if call.send is buf and buf.nbytes <= calls.RECENT_BYTES:
                 last[:] = buf, root, buf.flags.num, buf.dtype, call
@@ -224,7 +227,7 @@ class Comm:
         else:
             call = calls.allreduce(self._hc, sendbuf, recvbuf, op)
             if call is calls.FORWARD:
-                self._blocking("Allreduce", lambda hc, *a: calls.FORWARD, sendbuf, recvbuf, op)
+                self._forward("Allreduce", sendbuf, recvbuf, op)
                 return
             if (call.recv is recvbuf and recvbuf.nbytes <= calls.RECENT_BYTES
                     and (call.send is sendbuf or sendbuf is MPI.IN_PLACE)):
