@@ -251,7 +251,9 @@ class Outcome:
 
 def run_policy(name: str, policy: str, args) -> Outcome:
     out = Outcome(policy)
-    ctx = hpccoll.init(policy=policy, timeout=args.timeout, max_active=args.max_active,
+    # fifo stays the one-at-a-time NCCL-like baseline whatever bound the others get
+    slots = None if policy == "fifo" else args.max_active
+    ctx = hpccoll.init(policy=policy, timeout=args.timeout, max_active=slots,
                        print_report=args.verbose)
     # An error other than hpccoll's may be this rank's alone: it skips close(), which would
     # wait for ranks stuck in a collective with this one, and main() aborts the job.
@@ -306,7 +308,7 @@ def run_scenario(name: str, policies, args, mpi_world) -> bool:
     from . import results
     out = getattr(args, "out", None)
     attrs = {"scenario": name, "nranks": mpi_world.size, "iters": args.iters,
-             "bytes": args.bytes, "max_active": args.max_active, "timeout": args.timeout}
+             "bytes": args.bytes, "max_active": args.max_active or 0, "timeout": args.timeout}
     if out:      # collective, and the start time is the run's
         attrs = results.run_attrs(mpi_world, name, args, getattr(args, "argv", sys.argv))
     outcomes = [run_policy(name, pol, args) for pol in policies]
@@ -336,7 +338,10 @@ def parser() -> argparse.ArgumentParser:
                    help="message size per collective, K/M suffixes (default 4K)")
     p.add_argument("--timeout", type=_seconds, default=10.0,
                    help="watchdog timeout in seconds (default 10; the workloads need one)")
-    p.add_argument("--max-active", type=int, default=1, help="execution slots (default 1)")
+    p.add_argument("--max-active", type=_slots, default=None,
+                   help="execution slot bound of preemptive and ordered (default: none "
+                        "beyond what collectives hold; 1 models a GPU one collective fills); "
+                        "fifo always runs one collective at a time")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--expect", choices=("auto", "complete", "timeout"), default="auto",
                    help="outcome that makes the exit code 0 (auto: timeout for fifo on a "
@@ -346,6 +351,13 @@ def parser() -> argparse.ArgumentParser:
                    help="append the run (every rank's outcome per policy) to this HDF5 "
                         "result file (docs/results.md)")
     return p
+
+
+def _slots(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of slots >= 1, got {text!r}")
+    return value
 
 
 def _seconds(text: str) -> float:

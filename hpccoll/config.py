@@ -116,9 +116,15 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds without progress after which a pending collective raises CollectiveTimeout on "
             "every stuck rank, with a report of all ranks' pending collectives. None/0 = off.",
             minimum=0.0, parse=_parse_optional_float, allow_none=True),
-    Setting("max_active", int, 1,
-            "Collectives that may hold an execution slot at once (posted transfers). 1 models a GPU "
-            "whose resources one collective fills.", minimum=1),
+    Setting("max_active", int, None,
+            "Collectives hpccoll drives that may hold an execution slot at once, on top of what "
+            "they hold (docs/preemption.md). None: no bound beyond real resources -- a "
+            "communicator's node-shared slots serve one collective at a time, a GPU one "
+            "collective's kernels and staging -- so host collectives on different "
+            "communicators progress concurrently, as MPI's own nonblocking ones do. 1 models a "
+            "GPU whose resources one collective fills (DFCCL): waiting collectives then yield "
+            "the slot. fifo runs one at a time unless a bound is given.",
+            minimum=1, allow_none=True, parse=_parse_optional_int),
     Setting("spin_threshold", int, 80,
             "Preemptive: base number of polls a waiting collective spins before it yields; the "
             "threshold is spin_threshold x min(consecutive tries, head_tries).", minimum=1),

@@ -39,7 +39,7 @@ def run_attrs(world, scenario: str, args, argv: list) -> dict:
         {"timeout": args.timeout, "max_active": args.max_active}))
     del attrs["policy"]                      # one per row of the table
     attrs.update(tool="hpccoll.chaos", scenario=scenario, iters=args.iters, bytes=args.bytes,
-                 timeout=args.timeout, max_active=args.max_active, seed=args.seed,
+                 timeout=args.timeout, max_active=args.max_active or 0, seed=args.seed,
                  expect=args.expect, **slurm_env())
     return attrs
 
@@ -65,7 +65,7 @@ def summary(attrs: dict, rows: list[dict], ok: Optional[bool] = None) -> list[st
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     lines = [f"chaos {attrs.get('scenario', '?')}: {attrs.get('nranks', '?')} ranks, "
              f"{attrs.get('iters', '?')} iterations, {attrs.get('bytes', '?')} B per collective, "
-             f"max_active {attrs.get('max_active', '?')}, timeout {attrs.get('timeout', 0):g} s",
+             f"max_active {attrs.get('max_active') or 'unbounded'}, timeout {attrs.get('timeout', 0):g} s",
              f"{'policy':<11}{'outcome':<10}{'iters':>6}{'time (s)':>10}{'it/s':>9}"
              f"{'yields':>8}{'switches':>10}  expected"]
     for policy in policies:

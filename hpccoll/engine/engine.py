@@ -481,6 +481,9 @@ class Engine:
             self._live -= 1
         if self.trace is not None:
             self.trace.append(task.trace_record(self.control.rank))
+        gate = task.lane.holds
+        if gate is not None and task.t_start is not None:
+            gate.held -= 1
         if task.state is FAILED:
             task.cancel_transfers()
         else:

@@ -30,10 +30,30 @@ from ..transport import mpi as transport
 from .reduction import HostOps
 
 
+class Gate:
+    """A bounded resource a running collective holds from its start to its end, whatever
+    the policy does meanwhile (a yield keeps the context, so it keeps the resource too).
+    The policies start a collective only while its gate has room (Task.startable), so
+    what collectives hold, not a constant, bounds how many progress at once."""
+    __slots__ = ("name", "capacity", "held")
+
+    def __init__(self, name: str, capacity: int = 1):
+        self.name, self.capacity, self.held = name, capacity, 0
+
+    def __repr__(self) -> str:
+        return f"Gate({self.name!r}, {self.held}/{self.capacity})"
+
+
+# One collective's kernels fill the GPU (DFCCL's model) and its staging buffers are the
+# process's pinned pool: device collectives run one at a time per process.
+GPU = Gate("the GPU", 1)
+
+
 class Lane:
     """The interface (and defaults) of every lane."""
     __slots__ = ()
     needs_slot = True          # holds an execution slot while it runs (hpccoll drives it)
+    holds = None               # a Gate it holds while it runs, or None (nothing bounded)
     done = False
     waits_done = 0             # suspension points passed (reports, counters)
     bytes_moved = 0
@@ -207,7 +227,8 @@ class ProgramLane(Lane):
     """One program being executed on host arrays: ``bufs`` are the send, receive and
     scratch arrays (flat, typed like the collective's data)."""
     __slots__ = ("program", "bufs", "_bytes", "itemsize", "op", "mpi", "tag", "pc", "inflight",
-                 "waiting", "waits_done", "bytes_moved", "ops", "shm", "pool", "_pooled")
+                 "waiting", "waits_done", "bytes_moved", "ops", "shm", "pool", "_pooled",
+                 "holds")
 
     def __init__(self, program, bufs, op, mpi_comm, tag, ops=HostOps):
         self.program = program
@@ -226,6 +247,7 @@ class ProgramLane(Lane):
         self.shm = None
         self.pool = None        # where the scratch buffer goes back to (BufferPool)
         self._pooled = None
+        self.holds = None       # the communicator's shared slots (Gate), when it uses them
 
     def start(self) -> None:
         self.run()
@@ -358,6 +380,7 @@ class DeviceLane(ProgramLane):
     def __init__(self, program, bufs, op, mpi_comm, tag, ops, direct: bool):
         super().__init__(program, bufs, op, mpi_comm, tag, ops)
         self.direct = direct
+        self.holds = GPU
 
     def _post(self, p):
         from ..transport import staging

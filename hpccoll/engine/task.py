@@ -83,8 +83,14 @@ class Task(Work):
         """Order-matched collectives start MPI collectives (the check, the MPI row), which
         every rank must start in the same order on a communicator: a task starts only after
         its communicator's previous order-matched task started (and, on the MPI row, once
-        the persistent request it takes is free again)."""
-        return started(self.prev) and (self.lane.needs_slot or self.lane.startable())
+        the persistent request it takes is free again).  A lane that holds a bounded
+        resource (lane.Gate) starts only while the resource has room; once started (a
+        task that yielded its slot) it holds it."""
+        lane = self.lane
+        gate = lane.holds
+        return (started(self.prev)
+                and (gate is None or gate.held < gate.capacity or self.t_start is not None)
+                and (lane.needs_slot or lane.startable()))
 
     def start(self, now=None) -> None:
         """Post the check's collective, then the data's (the same order on every rank), and
@@ -92,6 +98,8 @@ class Task(Work):
         self.state = RUNNING
         self.t_start = self.last_progress = now or time.monotonic()
         self.prev = None
+        if self.lane.holds is not None:
+            self.lane.holds.held += 1       # given back when the task completes (engine)
         if self.check is not None:
             self.check.start()
         if self.lane.needs_slot:

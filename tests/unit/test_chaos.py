@@ -53,12 +53,17 @@ def test_scenario_tiny_messages_take_the_express_path(scenario):
     check(rows, out, 4, scenario, 4)
 
 
+@pytest.mark.parametrize("slots", ["1", "2", None])
 @pytest.mark.parametrize("n", [2, 4])
-@pytest.mark.parametrize("scenario", ["latin", "mixed"])
-def test_scenario_large_messages(n, scenario):
-    """1 MiB per collective: ring algorithms, many chunks, yields between chunks."""
-    rows, out = run_all(n, scenario, "--bytes", "1M", "--max-active", "1", iters=2)
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_scenario_large_messages(n, scenario, slots):
+    """1 MiB per collective: node-shared slots (a gate each communicator's collectives
+    take in turn), chunks; with one or two execution slots waiting collectives yield
+    between chunks, unbounded they all progress at once.  No bound may deadlock."""
+    bound = () if slots is None else ("--max-active", slots)
+    rows, out = run_all(n, scenario, "--bytes", "1M", *bound, iters=2)
     check(rows, out, n, scenario, 2)
+    assert f"max_active {slots or 'unbounded'}," in out
 
 
 @pytest.mark.slow

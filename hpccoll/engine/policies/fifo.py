@@ -1,7 +1,7 @@
 """fifo: the NCCL-like baseline.
 
-At most ``max_active`` collectives hold an execution slot; they start in issue
-order and run to completion.  When ranks issue collectives on different
+At most ``max_active`` collectives hold an execution slot (one when the setting is
+None); they start in issue order and run to completion.  When ranks issue collectives on different
 communicators in different orders this deadlocks, exactly like NCCL; the
 watchdog turns that into CollectiveTimeout.
 """
@@ -15,9 +15,11 @@ from . import Policy
 class FifoPolicy(Policy):
     name = "fifo"
 
-    def __init__(self, settings, on_launch=None):
+    def __init__(self, settings, on_launch=None, slots=None):
         super().__init__(settings)
-        self.max_active = settings.max_active
+        # the NCCL-like baseline runs one at a time unless told otherwise; the ordered
+        # policy passes its own bound
+        self.max_active = slots if slots is not None else settings.max_active or 1
         self.queue: deque = deque()
         self.active: list = []
         self.on_launch = on_launch    # the ordered policy logs launches

@@ -2,7 +2,8 @@
 
 A collective waits (unordered) until the token has seen every member issue it and
 gave it a global sequence number (gseq); every rank then launches its collectives
-strictly in gseq order and runs them like fifo (``max_active`` slots).  The
+strictly in gseq order and runs them like fifo (``max_active`` slots; None: as many as
+their resources allow, lane.Gate).  The
 protocol is hpccoll.ordering; the argument for its correctness is docs/ordering.md.
 
 Collectives on single-rank communicators need no order and launch at once.
@@ -31,7 +32,8 @@ class OrderedPolicy(Policy):
         self.engine = None
         self.unordered: dict = {}   # cid -> task
         # ordered tasks run like fifo, in gseq order: its queue is our ready queue
-        self.run = FifoPolicy(settings, on_launch=self._launched)
+        self.run = FifoPolicy(settings, on_launch=self._launched,
+                              slots=settings.max_active or float("inf"))
         self.launch_log: deque = deque(maxlen=100_000)   # (gseq, cid) in launch order
 
     def _launched(self, task) -> None:

@@ -6,6 +6,13 @@ that polls ``threshold`` times without progress *yields*: it keeps its context
 (program counter, transfers in flight, partial buffers) and gives the slot to
 the next task.  Nothing is redone when it gets a slot again.
 
+Slots reflect real resources.  What a collective holds from start to end (lane.Gate:
+a communicator's node-shared slots, the GPU) bounds which tasks may start; with
+``max_active`` None (the default) nothing else does, so every startable task holds a
+slot at once, collectives on different communicators progress concurrently (as MPI's
+own nonblocking ones do) and nobody yields: there is nobody to yield to.  A finite
+``max_active`` (1 models a GPU one collective fills) brings the walk below into play.
+
 The walk (who gets the next slot):
 - the head of the queue (the oldest collective) gets up to ``head_tries`` tries
   in a row; try k has threshold ``spin_threshold * min(k, head_tries)``;
@@ -22,9 +29,13 @@ make them yield.  They start as soon as their communicator's previous collective
 started: on the calling thread at issue (``early``, ``adopt``), or here in the walk,
 and are polled on every pass (``detached``).
 
-Why it cannot deadlock, even with one slot: every task gets a slot infinitely
-often (the walk visits all of them), and a slot is never held longer than its
-threshold without progress.  So on every rank every issued collective posts its
+Why it cannot deadlock, with any bound of one slot or more: every task gets a slot
+infinitely often (the walk visits all of them), and a slot is never held longer than its
+threshold without progress.  A gate (a resource held to the end) is only ever waited for
+by a later collective of the same communicator -- the one that holds it is earlier in
+that communicator's order on every member -- or, for the GPU, by any device collective:
+the holder keeps being polled (with slots, in the walk), so it completes once its peers
+progress, and they do by the same argument.  So on every rank every issued collective posts its
 transfers and is polled again and again; once all members posted, MPI completes
 the transfers, and the collective advances.  No rank can wait forever on a peer
 that holds its slot for something else.
@@ -43,7 +54,9 @@ class PreemptivePolicy(Policy):
 
     def __init__(self, settings):
         super().__init__(settings)
-        self.max_active = settings.max_active
+        # unbounded: every startable task runs, nobody yields (see the module docstring)
+        self.bounded = settings.max_active is not None
+        self.max_active = settings.max_active or float("inf")
         self.spin_threshold = settings.spin_threshold
         self.stickiness = settings.stickiness
         self.head_tries = settings.head_tries
@@ -97,7 +110,7 @@ class PreemptivePolicy(Policy):
                     engine.retire(task)
             else:
                 task.spins += 1
-                if task.spins > task.threshold:
+                if task.spins > task.threshold and self.bounded:
                     self._yield(task)
         while len(self.active) < self.max_active:
             task = self._next()
