@@ -35,10 +35,13 @@ class Gate:
     the policy does meanwhile (a yield keeps the context, so it keeps the resource too).
     The policies start a collective only while its gate has room (Task.startable), so
     what collectives hold, not a constant, bounds how many progress at once."""
-    __slots__ = ("name", "capacity", "held")
+    __slots__ = ("name", "capacity", "held", "shared")
 
-    def __init__(self, name: str, capacity: int = 1):
+    def __init__(self, name: str, capacity: int = 1, shared: bool = False):
         self.name, self.capacity, self.held = name, capacity, 0
+        # taken by collectives of every communicator (the GPU), not of one only: the
+        # ordered policy must then put them in its global launch order
+        self.shared = shared
 
     def __repr__(self) -> str:
         return f"Gate({self.name!r}, {self.held}/{self.capacity})"
@@ -46,7 +49,7 @@ class Gate:
 
 # One collective's kernels fill the GPU (DFCCL's model) and its staging buffers are the
 # process's pinned pool: device collectives run one at a time per process.
-GPU = Gate("the GPU", 1)
+GPU = Gate("the GPU", 1, shared=True)
 
 
 class Lane:

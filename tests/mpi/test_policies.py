@@ -21,6 +21,39 @@ def test_divergent_order_completes_with_one_slot(policy):
             np.testing.assert_array_equal(w.wait(), np.full(1000, (comms.index(c) + 1) * ctx.size))
 
 
+def _rotated_allreduces(ctx, count, ncomms=3):
+    comms = [ctx.world.dup(name=f"c{i}") for i in range(ncomms)]
+    order = comms[ctx.rank % ncomms:] + comms[:ctx.rank % ncomms]
+    works = [(c, c.allreduce(np.full(count, comms.index(c) + 1, np.int64))) for c in order]
+    for c, w in works:
+        np.testing.assert_array_equal(w.wait(), np.full(count, (comms.index(c) + 1) * ctx.size))
+
+
+@pytest.mark.parametrize("slots", [1, 2, None])
+@pytest.mark.parametrize("policy", ["preemptive", "ordered"])
+def test_divergent_order_completes_with_any_slot_bound(policy, slots):
+    """hpccoll's own algorithms (not MPI's), node-shared slots from 64 KiB on: with one,
+    two or unbounded execution slots, rotated orders over three communicators complete."""
+    with hpccoll.init(policy=policy, max_active=slots, timeout=30, mpi_coll_bytes=0) as ctx:
+        for count in (100, 20_000):
+            _rotated_allreduces(ctx, count)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_ordered_takes_the_token_only_for_what_holds_a_bounded_resource():
+    """MPI's own collectives, and hpccoll's with no slot bound, cannot be part of a
+    circular wait: the ordered policy launches them without a token round.  With one
+    slot, hpccoll's own take the token."""
+    with hpccoll.init(policy="ordered", timeout=30) as ctx:
+        _rotated_allreduces(ctx, 1)                      # MPI's own
+        _rotated_allreduces(ctx, 20_000)                 # node-shared slots, no bound
+        ring = ctx._engine.policy.ring
+        assert ring is None or ring.hops == 0
+    with hpccoll.init(policy="ordered", max_active=1, timeout=30, mpi_coll_bytes=0) as ctx:
+        _rotated_allreduces(ctx, 1)
+        assert ctx._engine.policy.ring.hops > 0
+
+
 @pytest.mark.parametrize("policy", ["preemptive", "ordered"])
 def test_keyed_any_order_single_slot(policy):
     with hpccoll.init(policy=policy, max_active=1, timeout=30) as ctx:
@@ -55,8 +88,9 @@ def test_preemption_counters(mpi_world):
 def test_ordered_launch_logs_agree(mpi_world):
     """Random interleavings over several communicators (MPI order kept per communicator):
     every rank's launch log, restricted to the collectives two ranks share, is in the same
-    order, and the global sequence numbers agree."""
-    with hpccoll.init(policy="ordered", max_active=1, timeout=60) as ctx:
+    order, and the global sequence numbers agree.  hpccoll's own algorithms (not MPI's)
+    and one slot: every collective of a multi-rank communicator takes the token."""
+    with hpccoll.init(policy="ordered", max_active=1, timeout=60, mpi_coll_bytes=0) as ctx:
         n, r = ctx.size, ctx.rank
         comms = [ctx.world.dup(name="all0"), ctx.world.dup(name="all1"),
                  ctx.world.split(r % 2, name=f"half{r % 2}")]
@@ -75,6 +109,7 @@ def test_ordered_launch_logs_agree(mpi_world):
         for c, i, w in works:
             np.testing.assert_array_equal(w.wait(), np.full(3, (i + 1) * c.size))
         log = [(g, cid) for g, cid in ctx._engine.policy.launch_log if g is not None]
+        assert len(log) == sum(1 for c, _, _ in works if c.size > 1)
     logs = mpi_world.allgather(log)
     gseq_of = {}
     for rank_log in logs:

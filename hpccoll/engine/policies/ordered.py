@@ -6,7 +6,14 @@ strictly in gseq order and runs them like fifo (``max_active`` slots; None: as m
 their resources allow, lane.Gate).  The
 protocol is hpccoll.ordering; the argument for its correctness is docs/ordering.md.
 
-Collectives on single-rank communicators need no order and launch at once.
+Only collectives that hold something bounded which collectives of other communicators
+also take need a place in the global order: an execution slot under a finite
+``max_active``, or a shared gate (the GPU).  The others -- the MPI library's own
+collectives (no slot: MPI progresses each independently, as its nonblocking collectives
+never deadlock), programs with unbounded slots, collectives on single-rank
+communicators -- cannot be part of a circular wait, so they launch as soon as their
+communicator's previous collective started, with no token round (on the calling thread
+at issue, where MPI runs them).  See docs/ordering.md.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ _TAG_KIND = {v: k for k, v in _KIND_TAG.items()}
 
 class OrderedPolicy(Policy):
     name = "ordered"
+    early = True              # MPI's own collectives need no order: start them at issue
     control_tags = tuple(_TAG_KIND)
     park_seconds = 0.001      # a parked rank may be handed the token: look often
 
@@ -32,9 +40,11 @@ class OrderedPolicy(Policy):
         self.engine = None
         self.unordered: dict = {}   # cid -> task
         # ordered tasks run like fifo, in gseq order: its queue is our ready queue
+        self.bounded = settings.max_active is not None
         self.run = FifoPolicy(settings, on_launch=self._launched,
                               slots=settings.max_active or float("inf"))
         self.launch_log: deque = deque(maxlen=100_000)   # (gseq, cid) in launch order
+        self.loose: dict = {}       # tasks that need no order (as keys, issue order)
 
     def _launched(self, task) -> None:
         self.launch_log.append((task.gseq, self.cid(task)))
@@ -45,9 +55,21 @@ class OrderedPolicy(Policy):
             return (task.comm.uid, task.seq)
         return (task.comm.uid, ("key", task.key, task.key_instance))
 
-    def admit(self, task) -> None:
+    def needs_order(self, task) -> bool:
+        lane = task.lane
         if task.comm.size == 1:
-            self.run.admit(task)
+            return False
+        gate = lane.holds
+        return gate is not None and gate.shared or lane.needs_slot and self.bounded
+
+    def adopt(self, task) -> None:
+        """A task started at issue (MPI runs it): polled with the loose ones."""
+        task.adopted = True
+        self.loose[task] = None
+
+    def admit(self, task) -> None:
+        if not self.needs_order(task):
+            self.loose[task] = None
             return
         self._ring_engine()
         cid = self.cid(task)
@@ -81,10 +103,12 @@ class OrderedPolicy(Policy):
         self._learn(learned)
 
     def live(self) -> list:
-        return self.run.live() + list(self.unordered.values())
+        return self.run.live() + list(self.unordered.values()) + list(self.loose)
 
     def remove(self, task) -> None:
-        if self.unordered.pop(self.cid(task), None) is None:
+        if task in self.loose:
+            del self.loose[task]
+        elif self.unordered.pop(self.cid(task), None) is None:
             self.run.remove(task)
 
     def step(self, engine) -> bool:
@@ -92,4 +116,16 @@ class OrderedPolicy(Policy):
             msgs, learned = self.ring.flush()
             self._send(msgs)
             self._learn(learned)
-        return self.run.step(engine)
+        progressed = self.run.step(engine)
+        if self.loose:
+            for task in tuple(self.loose):
+                if task.t_start is None:
+                    if not task.startable():
+                        continue
+                    engine.launch(task)
+                    progressed = True
+                elif task.poll():
+                    progressed = True
+                if task.finished:
+                    engine.retire(task)
+        return progressed
