@@ -29,3 +29,13 @@ def test_bench_speed_checks_every_row():
     assert len(rows) == 11, proc.stdout
     assert all(line.endswith(" ok") for line in rows), proc.stdout
     assert any(line.startswith("allgather") and "in place" in line for line in rows)
+
+
+def test_bench_divergent_checks_every_row():
+    proc = launch.run(2, [str(SCRIPTS / "bench_divergent.py"), "--iters", "1", "--sizes",
+                          "8,256K", "--policies", "preemptive,ordered"], timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line for line in proc.stdout.splitlines()
+            if line.split()[:1] in (["latin"], ["abba"], ["mixed"])]
+    assert len(rows) == 6, proc.stdout
+    assert all(line.endswith(" ok") for line in rows), proc.stdout
