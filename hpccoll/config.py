@@ -162,11 +162,11 @@ SETTINGS: tuple[Setting, ...] = (
             "('no'), or ask the MPI library (MPIX_Query_cuda_support) ('auto').",
             choices=("auto", "yes", "no")),
     Setting("mpi_coll_bytes", int, 64 << 10,
-            "Order-matched allreduces, allgathers and barriers (no key) up to this size (the "
-            "whole result) on host arrays, with an MPI dtype and op, run as the MPI library's "
-            "own nonblocking collective (lowest latency; 2 ranks: 2-4x faster than hpccoll's "
-            "own point-to-point algorithms from 4 to 60 KiB); broadcasts and alltoalls do at "
-            "every size, where MPI's own is the fastest measured; 0 disables all of it.", minimum=0, parse=_parse_size),
+            "Order-matched allreduces, broadcasts, allgathers, alltoalls and barriers (no key) up "
+            "to this size (the whole result) on host arrays, with an MPI dtype and op, run as "
+            "the MPI library's own nonblocking collective (lowest "
+            "latency; 2 ranks: 2-4x faster than hpccoll's own point-to-point algorithms from "
+            "4 to 60 KiB); 0 disables.", minimum=0, parse=_parse_size),
     Setting("shm", bool, True,
             "Let ranks of a communicator that share a node exchange through node-shared memory "
             "(MPI.Win.Allocate_shared) for allreduce, reduce_scatter and allgather."),
