@@ -51,17 +51,13 @@ def _tiny(c: Choice) -> bool:
 
 
 def _native(c: Choice) -> bool:
-    """A broadcast MPI can run: its own beats hpccoll's chain at every size on one node
-    (2 ranks: 1 MiB 0.89x, 16 MiB 0.84-0.91x the blocking MPI_Bcast, against 0.66x and
-    0.52-0.61x for the chain; scripts/bench_adapter.py)."""
-    return c.native and c.mpi_coll_bytes > 0
-
-
-def _native_a2a(c: Choice) -> bool:
-    """An alltoall MPI can run: its own beats the pairwise exchange over point-to-point at
-    every size on one node (1 MiB: 72 against 189 us at 2 ranks, 246 against 666 us at 4;
-    16 MiB: 1,496 against 2,454 us at 2 ranks, 7,146 against 7,430 at 4), and both copy
-    each block through shared memory once, so there is nothing for hpccoll to win."""
+    """A broadcast or alltoall MPI can run: its own beats hpccoll's at every size on one
+    node.  Broadcast, against the chain (2 ranks: 1 MiB 0.89x, 16 MiB 0.84-0.91x the
+    blocking MPI_Bcast, against 0.66x and 0.52-0.61x; scripts/bench_adapter.py).
+    Alltoall, against the pairwise exchange over point-to-point (1 MiB: 72 against 189 us
+    at 2 ranks, 246 against 666 us at 4; 16 MiB: 1,496 against 2,454 us at 2 ranks, 7,146
+    against 7,430 at 4): both copy each block through shared memory once, so there is
+    nothing for hpccoll to win."""
     return c.native and c.mpi_coll_bytes > 0
 
 
@@ -83,7 +79,7 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
     "allgather": [("mpi", _tiny, MPI), ("shm", _shm, shm.allgather),
                   ("bruck", _small, doubling.allgather), ("ring", _always, ring.allgather)],
     "reduce_scatter": [("shm", _shm, shm.reduce_scatter), ("ring", _always, ring.reduce_scatter)],
-    "alltoall": [("mpi", _native_a2a, MPI), ("pairwise", _always, pairwise.alltoall)],
+    "alltoall": [("mpi", _native, MPI), ("pairwise", _always, pairwise.alltoall)],
     "barrier": [("mpi", _tiny, MPI), ("dissemination", _always, doubling.barrier)],
     # variable counts (the mpi4py adapter's Allgatherv, Reduce_scatter, Alltoallv)
     "allgatherv": [("ring", _always, ring.allgatherv)],

@@ -119,13 +119,9 @@ class OrderedPolicy(Policy):
         progressed = self.run.step(engine)
         if self.loose:
             for task in tuple(self.loose):
-                if task.t_start is None:
-                    if not task.startable():
-                        continue
+                if task.t_start is None and task.startable():
                     engine.launch(task)
                     progressed = True
-                elif task.poll():
-                    progressed = True
-                if task.finished:
-                    engine.retire(task)
+            # (a task not started yet polls as no progress; a failed start retires here)
+            progressed = engine.poll_each(self.loose) or progressed
         return progressed
