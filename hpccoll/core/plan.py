@@ -127,7 +127,11 @@ class Plan:
             lane.shm = _shm_runtime(state, area.epoch, self.registered if self.spec.registered
                                     else None)
             area.epoch += program.epochs
-            lane.holds = state.shm["gate"]
+            # a later epoch's counters would overtake this one's: one collective at a time
+            gate = state.shm.get("gate")
+            if gate is None:
+                gate = state.shm["gate"] = _lanes.Gate(f"node-shared slots of {state.name}")
+            lane.holds = gate
         return lane
 
 

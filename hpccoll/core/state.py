@@ -83,13 +83,8 @@ class CommState:
         # private duplicates: one for order-matched collectives, one for keyed ones
         self.data = mpi_comm.Dup()
         self.keyed = mpi_comm.Dup()
-        from ..engine.lane import Gate
         from ..transport import shm
         self.shm = shm.create(mpi_comm, self.world_ranks, ctx.settings)
-        if self.shm:
-            # a later epoch's counters would overtake an earlier one's: the area serves
-            # one collective at a time
-            self.shm["gate"] = Gate(f"node-shared slots of {name}")
         ub = ctx._ctl.Get_attr(MPI.TAG_UB) or 32767
         self.tag_space = max(2, (int(ub) + 1) // 2)
         s = ctx.settings
