@@ -162,11 +162,22 @@ SETTINGS: tuple[Setting, ...] = (
             "('no'), or ask the MPI library (MPIX_Query_cuda_support) ('auto').",
             choices=("auto", "yes", "no")),
     Setting("mpi_coll_bytes", int, 64 << 10,
-            "Order-matched allreduces, broadcasts, allgathers, alltoalls and barriers (no key) up "
+            "Order-matched allreduces, reduces, reduce_scatters and barriers (no key) up "
             "to this size (the whole result) on host arrays, with an MPI dtype and op, run as "
             "the MPI library's own nonblocking collective (lowest "
             "latency; 2 ranks: 2-4x faster than hpccoll's own point-to-point algorithms from "
-            "4 to 60 KiB); 0 disables.", minimum=0, parse=_parse_size),
+            "4 to 60 KiB); broadcasts, alltoalls and allgathers do at every size (allgathers on "
+            "registered buffers up to 2 MiB). A calibration (see calibration) replaces these "
+            "sizes with measured ones; 0 disables MPI's own collectives altogether.",
+            minimum=0, parse=_parse_size),
+    Setting("calibration", str, "auto",
+            "Which algorithm each collective uses at each size, measured on this machine by "
+            "`hpccoll-tune calibrate`: the calibration file to load (rank 0 reads it, every "
+            "rank uses rank 0's table), 'auto' (the default file, "
+            "$XDG_CACHE_HOME/hpccoll/calibration.h5 or ~/.cache/hpccoll/calibration.h5, when it "
+            "exists), 'init' (measure at init: a few seconds, nothing saved) or 'off' (the "
+            "built-in table). Tables measured with another MPI library, or for another number "
+            "of ranks or ranks per node, are not used."),
     Setting("shm", bool, True,
             "Let ranks of a communicator that share a node exchange through node-shared memory "
             "(MPI.Win.Allocate_shared) for allreduce, reduce_scatter and allgather."),
@@ -335,8 +346,49 @@ def main(argv: Optional[list] = None) -> int:
     if args.markdown:
         sys.stdout.write(markdown())
     else:
-        print(describe())
+        settings = resolve()
+        print(describe(settings))
+        print()
+        print("\n".join(algorithm_choice(settings)))
     return 0
+
+
+SHOWN_SIZES = (8, 1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+
+
+def algorithm_choice(settings: Settings) -> list:
+    """Which candidate each collective takes at each size: the calibration's picks, where
+    the ``calibration`` setting names one, and the built-in table (on one node, float32
+    sum, ordinary and registered buffers) for everything it leaves out."""
+    from . import algorithms
+    from .timing import human_bytes
+    from .tuning.calibration import load_setting
+    lines = []
+    value = settings.calibration
+    try:
+        cal, note = load_setting(value, None)
+    except ArgumentError as exc:
+        cal, note = None, f"unreadable: {exc}"
+    if cal:
+        libs = sorted({cal.library} - {""})
+        lines.append(f"calibration: {note}" + (f" (measured with {', '.join(libs)})" if libs
+                                                else ""))
+        lines += cal.table()
+        lines.append("")
+    else:
+        lines.append(f"calibration: {note}")
+    lines.append("built-in algorithm table (ranks on one node, float32 sum; registered in "
+                 "parentheses where it differs):")
+    lines.append(f"  {'collective':<15}" + "".join(f"{human_bytes(n):>12}" for n in SHOWN_SIZES))
+    for coll in ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall"):
+        cells = []
+        for n in SHOWN_SIZES:
+            picks = [algorithms.select(coll, algorithms.Choice(
+                n, settings.small_msg_bytes, "flat" if settings.shm else "",
+                settings.shm_min_bytes, reg, settings.mpi_coll_bytes, True)) for reg in (False, True)]
+            cells.append(picks[0] if picks[0] == picks[1] else f"{picks[0]}({picks[1]})")
+        lines.append(f"  {coll:<15}" + "".join(f"{c:>12}" for c in cells))
+    return lines
 
 
 if __name__ == "__main__":

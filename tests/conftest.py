@@ -8,3 +8,8 @@ import os
 
 if os.environ.get("HPCCOLL_TEST_REAL_GPU") != "1":
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+# The tests assert the built-in algorithm table: a calibration this machine's user saved
+# (~/.cache/hpccoll/calibration.h5) must not change their algorithms.  Tests of the
+# calibration name their file.
+os.environ.setdefault("HPCCOLL_CALIBRATION", "off")

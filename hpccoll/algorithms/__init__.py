@@ -2,7 +2,9 @@
 
 Each family is a module of pure step machines (``ring``, ``tree``, ``doubling``,
 ``pairwise``, ``shm``).  ``TABLE`` lists, per collective, candidates in priority order;
-the first whose predicate holds is used.  The MPI library's own nonblocking collective is
+the first whose predicate holds is used, unless a calibration measured another
+candidate faster for this size (``Choice.prefer``: hpccoll/tuning/calibration.py) and that
+candidate can run here (``applies``).  The MPI library's own nonblocking collective is
 a row like the others (``mpi``): it has no step machine, because the MPI library runs it
 (hpccoll/engine/lane.py's ``MpiLane``).  Latency-optimal algorithms come first, limited
 to small messages; the bandwidth-optimal pipelined ones catch the rest.
@@ -30,6 +32,7 @@ class Choice(NamedTuple):
     registered: bool = False   # send and receive buffers are registered (ctx.empty)
     mpi_coll_bytes: int = 0    # tiny messages may use MPI's own nonblocking collectives,
     native: bool = False       # when the dtype and op are MPI's and the collective unkeyed
+    prefer: str = ""           # the calibration's pick for this size, if any
 
 
 def _small(c: Choice) -> bool:
@@ -65,6 +68,30 @@ def _hier(c: Choice) -> bool:
     return c.shm == "hier" and c.nbytes >= c.shm_min_bytes
 
 
+def _gather(c: Choice) -> bool:
+    """MPI's own allgather copies each block once, as shared memory does, with less
+    Python per call: it wins at every size on ordinary buffers (2 ranks: 1 MiB 104 against
+    142-148 us, 16 MiB 1,389 against 1,640-2,232; 4 ranks even to 0.99x at 1 and 16 MiB),
+    and on registered ones up to 1 MiB; from 4 MiB registered shared memory moves less
+    (2 ranks 16 MiB: 1,121 against 1,400 us; 4 ranks 3,120 against 5,192).  Measured by
+    ``hpccoll-tune calibrate``, docs/performance.md."""
+    return c.native and c.mpi_coll_bytes > 0 and not (
+        c.registered and c.shm == "flat" and c.nbytes >= _GATHER_SHM_BYTES)
+
+
+_GATHER_SHM_BYTES = 2 << 20
+
+
+# What a candidate needs to run at all, whatever the size: the rows' predicates add the
+# sizes where each is the built-in choice.  A calibration's pick is used only where it
+# applies (another machine's table may name shared memory where there is none).
+APPLIES: dict[str, Callable] = {
+    "mpi": lambda c: c.native and c.mpi_coll_bytes > 0,
+    "shm": lambda c: c.shm == "flat",
+    "hier": lambda c: c.shm == "hier",
+}
+
+
 # Ordered by preference: MPI's own nonblocking collectives for tiny messages, shared memory
 # where it applies, latency-optimal algorithms for small messages, then the
 # bandwidth-optimal pipelined ones (which always apply).
@@ -73,12 +100,14 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
     "allreduce": [("mpi", _tiny, MPI), ("shm", _shm, shm.allreduce),
                   ("hier", _hier, shm.allreduce_hier), ("doubling", _small, doubling.allreduce),
                   ("ring", _always, ring.allreduce)],
-    "reduce": [("binomial", _small, tree.reduce), ("ring", _always, ring.reduce)],
+    "reduce": [("mpi", _tiny, MPI), ("binomial", _small, tree.reduce),
+               ("ring", _always, ring.reduce)],
     "broadcast": [("mpi", _native, MPI), ("binomial", _small, tree.broadcast),
                   ("chain", _always, tree.broadcast_chain)],
-    "allgather": [("mpi", _tiny, MPI), ("shm", _shm, shm.allgather),
+    "allgather": [("mpi", _gather, MPI), ("shm", _shm, shm.allgather),
                   ("bruck", _small, doubling.allgather), ("ring", _always, ring.allgather)],
-    "reduce_scatter": [("shm", _shm, shm.reduce_scatter), ("ring", _always, ring.reduce_scatter)],
+    "reduce_scatter": [("mpi", _tiny, MPI), ("shm", _shm, shm.reduce_scatter),
+                       ("ring", _always, ring.reduce_scatter)],
     "alltoall": [("mpi", _native, MPI), ("pairwise", _always, pairwise.alltoall)],
     "barrier": [("mpi", _tiny, MPI), ("dissemination", _always, doubling.barrier)],
     # variable counts (the mpi4py adapter's Allgatherv, Reduce_scatter, Alltoallv)
@@ -114,15 +143,31 @@ def message_bytes(coll: str, count: int, size: int, itemsize: int) -> int:
 
 
 def select(coll: str, choice) -> str:
-    """The first candidate of ``coll`` whose predicate holds; ``choice`` is a Choice (or a
-    message size in bytes, for the MPI-only algorithms)."""
+    """The calibration's pick where it applies, else the first candidate of ``coll``
+    whose predicate holds; ``choice`` is a Choice (or a message size in bytes, for the
+    MPI-only algorithms)."""
     if not isinstance(choice, Choice):
         choice = Choice(int(choice))
     return _select(coll, choice)
 
 
+def applies(coll: str, name: str, choice: Choice) -> bool:
+    """Whether candidate ``name`` of ``coll`` can run for ``choice``, whatever its size."""
+    if (coll, name) not in _BY_NAME or name == "direct":
+        return False
+    need = APPLIES.get(name)
+    return need is None or need(choice)
+
+
+def candidates(coll: str, choice: Choice) -> list:
+    """Every candidate of ``coll`` that can run for ``choice``: what a calibration times."""
+    return [name for name, _, _ in TABLE[coll] if applies(coll, name, choice)]
+
+
 @lru_cache(maxsize=4096)
 def _select(coll: str, choice: Choice) -> str:
+    if choice.prefer and applies(coll, choice.prefer, choice):
+        return choice.prefer
     for name, pred, _ in TABLE[coll]:
         if pred(choice):
             return name
@@ -155,5 +200,6 @@ def build(spec: Spec, algo: str) -> Program:
                    sum(isinstance(p, (Wait, WaitFlags)) for p in steps), epochs)
 
 
-__all__ = ["ALGO_CODES", "COLLECTIVES", "Choice", "MPI_PROGRAM", "Program", "SHM_ALGOS", "Spec",
-           "TABLE", "build", "input_extent", "message_bytes", "select"]
+__all__ = ["ALGO_CODES", "APPLIES", "COLLECTIVES", "Choice", "MPI_PROGRAM", "Program",
+           "SHM_ALGOS", "Spec", "TABLE", "applies", "build", "candidates", "input_extent",
+           "message_bytes", "select"]

@@ -152,7 +152,7 @@ def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
     sweep = Sweep(plan, mpi, ctx and ctx.world, ctx, xp, sync, progress)
     table = writer.table(plan.coll) if writer else None
     traces = writer.table(plan.coll, kind="traces") if writer and args.trace else None
-    busbw, base_busbw, ratios = [], [], []
+    busbw, base_busbw, ratios, chosen = [], [], [], {}
     wrong = {lib: 0 for lib in plan.libraries}
     L = len(plan.libraries)
     for ln in sweep.lines():
@@ -175,6 +175,9 @@ def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
                 ratios.append(ratio)
         say(line(ln.shape.nbytes, ln.shape.count, ln.type_name, ln.op or "none", ln.root,
                  cols, extra))
+        picked = "/".join(dict.fromkeys(a for a in ln.algos if a))
+        if picked:
+            chosen.setdefault(ln.shape.nbytes, picked)
         if table is not None:
             first = len(table)
             table.append(ln.rows)
@@ -186,8 +189,14 @@ def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
     main_lib = plan.libraries[0]
     avg = float(np.mean(busbw)) if busbw else 0.0
     geo = float(math.exp(np.mean(np.log(ratios)))) if ratios else 0.0
-    for text in footer(wrong[main_lib], avg, plan.coll, baseline,
-                       float(np.mean(base_busbw)) if base_busbw else 0.0, geo):
+    texts = footer(wrong[main_lib], avg, plan.coll, baseline,
+                   float(np.mean(base_busbw)) if base_busbw else 0.0, geo)
+    if chosen:    # which candidate each size used (out-of-place/in-place where they differ)
+        from ..timing import human_bytes
+        texts.insert(-2, "# hpccoll algorithm by size : " + ", ".join(
+            f"{human_bytes(n)} {a}" for n, a in chosen.items())
+            + f" (calibration: {ctx.calibration_note})")
+    for text in texts:
         say(text)
     if baseline and wrong[baseline]:
         say(f"# Baseline {baseline} out of bounds values : {wrong[baseline]} FAILED")

@@ -49,6 +49,7 @@ class Line:
     shape: cases.Shape
     rows: list           # table rows, placement-major then library (rank 0 only)
     traces: list         # per placement: engine trace records of every rank (rank 0 only)
+    algos: tuple = ()    # per placement: the algorithm hpccoll's plan chose ("" if none)
 
 
 def combine(times: np.ndarray, average: int) -> np.ndarray:
@@ -110,12 +111,17 @@ class Sweep:
         L = len(p.libraries)
         local = np.zeros((2, L, p.iters))
         wrong = np.zeros((2, L), dtype=np.int64)
-        traces = []
+        traces, algos = [], []
         for k, inplace in enumerate((False, True)):
             case = cases.Case(p.coll, sh, dtype, op, max(root, 0), inplace, self.rank,
                               self.nranks, self.xp)
             what = f"{p.coll} {sh.nbytes} B {type_name} {PLACEMENTS[k]}"
+            plans = self.ctx.world._state.plans if self.ctx is not None else {}
+            seen = {id(plan) for plan in plans.values()}
             local[k], wrong[k], recs = self._measure(case, what)
+            # the plans this placement made: which algorithm hpccoll chose for it
+            algos.append("/".join(sorted({plan.algo for plan in list(plans.values())
+                                          if id(plan) not in seen})))
             traces.append(recs)
             del case
         gathered = self.mpi.gather((local, wrong, traces), root=0)
@@ -128,7 +134,7 @@ class Sweep:
                     rows.append(self._row(sh, type_name, dtype, op, root, k, lib,
                                           times[:, k, j, :], int(wrong_sum[k, j])))
                 all_traces.append([r for g in gathered for r in g[2][k]])
-        return Line(index, type_name, dtype, op, root, sh, rows, all_traces)
+        return Line(index, type_name, dtype, op, root, sh, rows, all_traces, tuple(algos))
 
     def _measure(self, case: cases.Case, what: str):
         p = self.plan

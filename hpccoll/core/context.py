@@ -66,10 +66,21 @@ class Context:
         self._ctl = base.Dup()
         self.rank, self.size = self._ctl.Get_rank(), self._ctl.Get_size()
         self._meet_node()
+        self.calibration, self.calibration_note = self._load_calibration()
         from ..engine import Engine
         self._engine = Engine(self, self.settings, self._ctl)
         self.world = Communicator(self, base.Dup(), "world", "w")
         _OPEN.add(self)
+        if self.settings.calibration == "init":
+            from ..tuning import calibrate
+            try:
+                self.calibration = calibrate.measure(self, calibrate.QUICK_SIZES,
+                                                     buffers=("host",), rounds=3)
+            except BaseException:
+                self.close()
+                raise
+            self.calibration_note = "measured at init"
+
 
     def _meet_node(self) -> None:
         """The ranks on this node (for registered buffers) and whether they outnumber the
@@ -85,6 +96,11 @@ class Context:
             cpus = frozenset(range(os.cpu_count() or 1))
         met = self._node.allgather((self.rank, cpus))
         self._node_index = {w: i for i, (w, _) in enumerate(met)}
+        # every rank's node (its lowest rank): the shape of a communicator, the same on
+        # every rank, picks its calibration
+        self._node_of = tuple(self._ctl.allgather(min(w for w, _ in met)))
+        if self.settings.node_size:
+            self._node_of = tuple(w // self.settings.node_size for w in range(self.size))
         self.oversubscribed = len(met) > len(frozenset().union(*(c for _, c in met)))
         s = self.settings
         if self.oversubscribed:
@@ -94,6 +110,32 @@ class Context:
                 if sources.get(name) == "default":
                     values[name], sources[name] = value, "oversubscribed node"
             self.settings = Settings(values, sources)
+
+    def _load_calibration(self):
+        """The ``calibration`` setting's table, as rank 0 reads it (every rank must choose
+        the same algorithms).  A file that cannot be read is an error on every rank."""
+        from ..tuning import calibration
+        value = self.settings.calibration
+        got = None
+        if self.rank == 0:
+            try:
+                cal, note = calibration.load_setting(value, calibration.mpi_library())
+                got = (cal.state(), note, None)
+            except Exception as exc:      # on every rank, not only here
+                got = (None, "", f"{type(exc).__name__}: {exc}")
+        state, note, error = self._ctl.bcast(got, root=0)
+        if error is not None:
+            raise ArgumentError(f"calibration ({value!r}, read on rank 0): {error}")
+        return calibration.Calibration.from_state(state), note
+
+    def shape_of(self, world_ranks) -> tuple:
+        """(ranks, most of them on one node) of a communicator: the key of its
+        calibration, the same on every member."""
+        count: dict = {}
+        for w in world_ranks:
+            node = self._node_of[w]
+            count[node] = count.get(node, 0) + 1
+        return len(world_ranks), max(count.values(), default=0)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else self.settings.policy

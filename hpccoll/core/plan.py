@@ -6,8 +6,9 @@ A signature is the collective, dtype, count, op, root, in-place or not, keyed or
 block count, host or device, variable-count layout and, for registered buffers, which
 allocation and offsets.  Its plan holds:
 
-- the algorithm: the first row of ``algorithms.TABLE`` whose predicate holds.  MPI's own
-  nonblocking collective is one of those rows (``mpi``), not a separate path;
+- the algorithm: the calibration's pick for this size where it can run, else the first
+  row of ``algorithms.TABLE`` whose predicate holds.  MPI's own nonblocking collective is
+  one of those rows (``mpi``), not a separate path;
 - the program (the step machine, materialized), or for the ``mpi`` row its recipe,
   with persistent requests for tiny messages (MPI-4 ``*_init``, where MPI has them);
 - the fingerprint (everything but the sequence number) and its hash;
@@ -87,8 +88,9 @@ def _persistent(state, call, nbytes: int) -> tuple:
     """Persistent requests' staging arrays for a tiny MPI-row collective, or () where MPI
     has no persistent collectives or the message is larger than ``persistent_bytes``."""
     from ..engine.lane import Persistent
+    from ..engine.lane import PERSISTENT
     limit = state.ctx.settings.persistent_bytes
-    if not limit or nbytes > limit or not state.ctx.persistent_ok:
+    if call.coll not in PERSISTENT or not limit or nbytes > limit or not state.ctx.persistent_ok:
         return ()
     dt, n, size = call.send.dtype, call.count, state.size
     shapes = {"allreduce": (n, n), "broadcast": (None, n), "allgather": (n, size * n),
@@ -100,7 +102,7 @@ def _persistent(state, call, nbytes: int) -> tuple:
 class Plan:
     __slots__ = ("coll", "dtype", "count", "op", "root", "inplace", "algo", "program", "spec",
                  "nbytes", "fp", "fp_hash", "recipe", "early", "shared", "registered", "backend",
-                 "blocks", "device", "uses", "inline")
+                 "blocks", "device", "uses", "inline", "reg_matters")
 
     def lane(self, state, call, tag, mpi_comm):
         """The lane of one call (engine/lane.py); the caller holds the state's lock."""
@@ -137,6 +139,18 @@ class Plan:
 
 _NO_SCRATCH = np.empty(0, np.uint8)
 _lanes = None     # hpccoll.engine.lane, once the first plan is made
+
+
+def _prefer(state, coll: str, nbytes: int, registered: bool) -> str:
+    """The candidate a calibration picked for this message ("" where none did): the one
+    being timed, while ``hpccoll-tune calibrate`` times this communicator."""
+    forced = state.prefer.get(coll) if state.prefer else None
+    if forced is not None:
+        return forced
+    cal = state.ctx.calibration
+    if not cal:
+        return ""
+    return cal.choose(coll, "registered" if registered else "host", nbytes, *state.shape)
 
 
 def _host_ops(blocks):
@@ -195,9 +209,19 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
     if shm:
         layout = "flat" if len(shm["local"]) == size else ("hier" if shm["cross"] else "")
     native = not keyed and not on_device and mpi_native(call.op, dt)
+    if coll in ("reduce", "reduce_scatter"):
+        # avg would divide into the output, which is not the input's size here, or only
+        # the root's; in place or not may differ by rank, so it cannot decide (lane.post)
+        native = native and call.op != "avg"
     choice = algorithms.Choice(nbytes, s.small_msg_bytes, layout, s.shm_min_bytes,
-                               reg is not None, s.mpi_coll_bytes, native)
+                               reg is not None, s.mpi_coll_bytes, native,
+                               "" if on_device else _prefer(state, coll, nbytes, reg is not None))
     algo = algorithms.select(coll, choice)
+    # registered buffers would take shared memory: the caller looks for them on each call
+    reg_choice = choice._replace(registered=True,
+                                 prefer=choice.prefer if reg is not None or on_device
+                                 else _prefer(state, coll, nbytes, True))
+    reg_matters = algorithms.select(coll, reg_choice) in algorithms.SHM_ALGOS
     shared = algo in algorithms.SHM_ALGOS
     chunk = max(1, (s.shm_slot_bytes if shared else s.chunk_bytes) // itemsize)
     spec = Spec(coll, state.rank, size, call.count, chunk=chunk, depth=s.pipeline_depth,
@@ -211,6 +235,7 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
     plan.program = algorithms.build(spec, algo)
     plan.shared, plan.registered, plan.device = shared, reg, on_device
     plan.uses = 0
+    plan.reg_matters = reg_matters
     plan.inline = nbytes <= s.inline_bytes
     count = call.count if call.fp_count is None else call.fp_count
     plan.fp = (COLLECTIVES.index(coll) + 1, dtype_code(dt), count, call.root, op_code(call.op),

@@ -60,6 +60,7 @@ class CommState:
         self.live_keys: dict = {}
         self.key_uses: dict = {}       # key -> how many times it was issued (ordered policy)
         self.plans: dict = {}
+        self.prefer: dict = {}         # collective -> candidate: what a calibration times
         self.pool = BufferPool()       # scratch space, reused by the collectives
         self.noted_at = 0.0
         self.ledger = None
@@ -80,6 +81,7 @@ class CommState:
                                                            world_group))
         group.Free()
         world_group.Free()
+        self.shape = ctx.shape_of(self.world_ranks)
         # private duplicates: one for order-matched collectives, one for keyed ones
         self.data = mpi_comm.Dup()
         self.keyed = mpi_comm.Dup()
@@ -121,8 +123,8 @@ class CommState:
 
     def _plan(self, call, keyed: bool, blocks):
         """The plan of this call's signature (made the first time it is seen).  Where the
-        buffers live (registered or not) matters only to hpccoll's own algorithms: it is
-        looked at when the plan without it is not MPI's own collective."""
+        buffers live (registered or not) is looked at only where it can change the plan:
+        where registered buffers would take shared memory (``reg_matters``)."""
         if keyed or blocks is not None or call.device is not None or call.layout:
             sig = (call.coll, call.send.dtype, call.count, call.op, call.root, call.inplace,
                    keyed, blocks, call.device is None, call.layout)
@@ -131,7 +133,7 @@ class CommState:
         plan = self.plans.get(sig)
         if plan is None:
             plan = self.plans[sig] = plans.make(self, call, keyed, blocks, None)
-        if self.ctx._allocs and plan.recipe is None and not keyed and call.device is None:
+        if self.ctx._allocs and plan.reg_matters and not keyed and call.device is None:
             reg = plans.registered(self.ctx, call)
             if reg is not None:
                 sig += (reg.key,)

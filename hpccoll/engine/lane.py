@@ -98,7 +98,8 @@ class Persistent:
 
 
 NONBLOCKING = {"allreduce": "Iallreduce", "broadcast": "Ibcast", "allgather": "Iallgather",
-               "alltoall": "Ialltoall", "barrier": "Ibarrier"}
+               "alltoall": "Ialltoall", "barrier": "Ibarrier", "reduce": "Ireduce",
+               "reduce_scatter": "Ireduce_scatter_block"}
 PERSISTENT = {"allreduce": "Allreduce_init", "broadcast": "Bcast_init",
               "allgather": "Allgather_init", "alltoall": "Alltoall_init",
               "barrier": "Barrier_init"}
@@ -108,8 +109,10 @@ def start_collective(mpi_comm, kind, send, recv, op=None, root=0, persistent=Fal
     """Start (or, ``persistent``, initialise) MPI's own collective ``kind``; ``send`` may
     be MPI.IN_PLACE.  Returns the request."""
     fn = getattr(mpi_comm, (PERSISTENT if persistent else NONBLOCKING)[kind])
-    if kind == "allreduce":
+    if kind in ("allreduce", "reduce_scatter"):
         return fn(send, recv, op)
+    if kind == "reduce":
+        return fn(send, recv, op, root)
     if kind == "broadcast":
         return fn(recv, root)
     if kind == "barrier":
@@ -120,12 +123,21 @@ def start_collective(mpi_comm, kind, send, recv, op=None, root=0, persistent=Fal
 def post(r, send, recv):
     """Start the collective of recipe ``r`` (core/plan.py's MpiRecipe) on these arrays;
     returns its request."""
+    kind = r.kind
+    # reduce and reduce_scatter take no avg (the plan's rule).  Which ranks pass their
+    # input in place may differ (only the root may, for reduce): the algorithm may not
+    if kind == "reduce":
+        if r.rank != r.root:
+            return r.post(send, None, r.mop, r.root)
+        return r.post(MPI.IN_PLACE if r.inplace else send, recv, r.mop, r.root)
+    if kind == "reduce_scatter":
+        # MPI's in-place form leaves the result in block 0, not in this rank's block
+        return r.post(send.copy() if r.inplace else send, recv, r.mop)
     if r.divisor:           # avg: divide into the output, then sum in place
         table.scale(recv, send, r.divisor)
         send = MPI.IN_PLACE
     elif r.inplace:         # the input already lies where the output goes
         send = MPI.IN_PLACE
-    kind = r.kind
     if kind == "allreduce":
         return r.post(send, recv, r.mop)
     if kind == "broadcast":

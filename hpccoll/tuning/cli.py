@@ -1,5 +1,7 @@
-"""``hpccoll-tune``: profile this machine, plan a workload, simulate the methods.
+"""``hpccoll-tune``: calibrate the algorithm choice, profile this machine, plan a
+workload, simulate the methods.
 
+    mpiexec -n 2 hpccoll-tune calibrate [--out FILE] [--ranks 2,4] [--sizes 8,64K,1M]
     mpiexec -n 2 hpccoll-tune profile --out results/profile.h5 [--blocks 1,2|default]
     hpccoll-tune plan --profile results/profile.h5 --model resnet50
     hpccoll-tune simulate [--models resnet50,vgg16] [--gbps 10,50,100] [--out F.h5] [--png F.png]
@@ -67,6 +69,67 @@ def cmd_profile(args) -> int:
         return 0
     except BaseException as exc:
         return abort_job(exc, prog)
+
+
+def cmd_calibrate(args) -> int:
+    import hpccoll
+    from mpi4py import MPI
+    from . import calibrate
+    from .calibration import default_path
+    from .store import environment
+    world = MPI.COMM_WORLD
+    prog = "hpccoll-tune calibrate"
+    out = args.out or default_path()
+    try:
+        sync = world.Dup()
+        ctx, error, cal = None, None, None
+        try:
+            problem = world.bcast(h5log.append_problem(out) if world.rank == 0 else None, root=0)
+            if problem:
+                raise ArgumentError(f"--out: {problem}")
+            sizes = _ints(args.sizes, "--sizes")
+            colls = _names(args.collectives, calibrate.COLLECTIVES, "--collectives")
+            kinds = _names(args.buffers, ("host", "registered"), "--buffers")
+            ranks = (sorted({1 << k for k in range(1, world.size.bit_length())} | {world.size})
+                     if args.ranks == "pow2" else _ints(args.ranks, "--ranks") or [world.size])
+            if args.rounds < 1 or args.round_ms <= 0:
+                raise ArgumentError("--rounds: expected >= 1; --round-ms: expected > 0")
+            # the table measures hpccoll's candidates, not a table loaded before
+            ctx = hpccoll.init(timeout=args.timeout, calibration="off")
+            env = environment(world, settings=ctx.settings)
+            cal = calibrate.measure(ctx, sizes, colls, kinds, ranks, args.rounds,
+                                    args.round_ms / 1e3, log=print if args.verbose else None)
+        except Exception as exc:
+            error = exc
+            if not isinstance(exc, HpcCollError):
+                traceback.print_exc()
+        try:
+            agree(sync, error, prog, timeout=args.timeout or 60.0)
+        except RankFailed as exc:
+            if ctx is not None:
+                ctx.close()
+            if world.rank == 0:
+                print(f"{prog}: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            sync.Free()
+        ctx.close()
+        if world.rank == 0:
+            path = cal.save(out, env)
+            print("\n".join((cal.timings() if args.verbose else []) + cal.table()))
+            print(f"calibration appended to {path}; hpccoll.init loads it "
+                  f"{'by default' if path == default_path() else f'with HPCCOLL_CALIBRATION={path}'}")
+        return 0
+    except BaseException as exc:
+        return abort_job(exc, prog)
+
+
+def _names(text: str, allowed, what: str) -> list:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise ArgumentError(f"{what}: expected names from {', '.join(allowed)}, got {text!r}")
+    return names
 
 
 def _blocks(args, ctx) -> list:
@@ -137,6 +200,24 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hpccoll-tune", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
+    q = sub.add_parser("calibrate", help="time every algorithm of every collective per size "
+                                         "and save the fastest (mpiexec)")
+    q.add_argument("--out", default="", help="calibration file the table is appended to "
+                   "(default: the file hpccoll.init loads, ~/.cache/hpccoll/calibration.h5)")
+    q.add_argument("--sizes", default="8,1K,16K,64K,256K,1M,4M,16M",
+                   help="message sizes in bytes (the whole result of a rank)")
+    q.add_argument("--collectives", default=",".join(
+        ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall")))
+    q.add_argument("--buffers", default="host,registered",
+                   help="host (ordinary arrays), registered (ctx.empty)")
+    q.add_argument("--ranks", default="",
+                   help="communicator sizes to measure, e.g. 2,4 (the first ranks of the job); "
+                        "'pow2': every power of two and the job's size; default: the job's size")
+    q.add_argument("--rounds", type=int, default=5, help="rounds per candidate (median)")
+    q.add_argument("--round-ms", type=float, default=2.0, help="least time of one round")
+    q.add_argument("--timeout", type=float, default=60.0, help="watchdog timeout (s)")
+    q.add_argument("-v", "--verbose", action="store_true", help="print each size as measured")
+    q.set_defaults(fn=cmd_calibrate)
     q = sub.add_parser("profile", help="measure T(bytes, blocks) and compute slowdown (mpiexec)")
     q.add_argument("--out", default="results/profile.h5",
                    help="HDF5 result file the profile is appended to (plan reads the newest)")
