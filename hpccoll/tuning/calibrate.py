@@ -6,9 +6,12 @@ among them; a communicator under measurement is told which one to plan
 (``CommState.prefer``) and keeps one plan cache per candidate, so that switching costs no
 planning.  Candidates take turns round by round (the machine's noise falls on all alike);
 a round times enough back-to-back calls (issue, wait) to last ``round_s``, after a barrier.
-A candidate's time is the median over rounds of the slowest rank's time per call.  The
+A candidate's time is the median over rounds of the slowest rank's time per call (each
+round after one untimed call of its own).  The
 built-in choice keeps its size unless another candidate is more than ``MARGIN`` faster:
-a table should not flip on noise.
+a table should not flip on noise (this VM's run-to-run spread is about that much).
+Registered buffers are timed only at the sizes where they could take shared memory;
+elsewhere they take the ordinary buffers' pick, so that every size has one.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from .calibration import Calibration, mpi_library
 COLLECTIVES = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall")
 SIZES = (8, 1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
 QUICK_SIZES = (8, 16 << 10, 256 << 10, 4 << 20)      # calibration=init
-MARGIN = 0.05
+MARGIN = 0.10
 # shared memory takes registered buffers without a copy: worth a table of its own
 REGISTERED = ("allreduce", "allgather", "reduce_scatter")
 
@@ -83,7 +86,11 @@ class _Timer:
         return w.counters["algo"]
 
     def time(self, coll, send, recv, iters: int) -> float:
+        """Seconds per call of ``iters`` back-to-back calls, after one untimed call: the
+        steady state of a size called again and again, not the first call after
+        another candidate moved the data."""
         comm = self.comm
+        _issue(comm, coll, send, recv).wait()
         self.st.mpi.Barrier()
         t0 = time.perf_counter()
         for _ in range(iters):
@@ -113,6 +120,7 @@ def measure_comm(comm, sizes, collectives, buffers, rounds: int, round_s: float,
     timer = _Timer(comm)
     picks: dict = {}
     times: dict = {}
+    host: dict = {}            # (collective, size) -> the ordinary buffers' pick
     try:
         for coll in collectives:
             for kind in buffers:
@@ -127,8 +135,12 @@ def measure_comm(comm, sizes, collectives, buffers, rounds: int, round_s: float,
                                           reg if kind == "registered" else None, rank)
                     timer.use(coll, None)
                     builtin = timer.algo(coll, send, recv)
+                    key = shape + (coll, kind)
                     if kind == "registered" and builtin not in algorithms.SHM_ALGOS:
-                        continue     # registered buffers change nothing here
+                        # registered buffers change nothing here
+                        picks.setdefault(key, []).append((msg, host.get((coll, msg), builtin)))
+                        timer.use(coll, None)
+                        continue
                     cands = []
                     for name, _, _ in algorithms.TABLE[coll]:
                         timer.use(coll, name)
@@ -152,8 +164,9 @@ def measure_comm(comm, sizes, collectives, buffers, rounds: int, round_s: float,
                     if builtin in cands and med[cands.index(best)] > (1 - MARGIN) * med[
                             cands.index(builtin)]:
                         best = builtin
-                    key = shape + (coll, kind)
                     picks.setdefault(key, []).append((msg, best))
+                    if kind == "host":
+                        host[(coll, msg)] = best
                     for name, t in zip(cands, med):
                         times[key + (msg, name)] = float(t)
                     if log is not None and rank == 0:

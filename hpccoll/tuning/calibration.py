@@ -136,7 +136,7 @@ class Calibration:
             rows = [(r, p, c, b, n, a) for (r, p, c, b), (_, sizes, algos) in
                     sorted(self.picks.items()) for n, a in zip(sizes, algos)]
             _columns(run, "picks", rows, "the fastest candidate per shape, collective, "
-                     "buffers and size (ties within 5% go to the built-in choice)")
+                     "buffers and size (within 10%: the built-in choice)")
             _columns(run, "times", [k for k in keys], "every candidate measured")
             run.array("times/seconds", np.array([self.times[k] for k in keys], np.float64),
                       {"units": "s", "doc": "median over rounds of the slowest rank's time "

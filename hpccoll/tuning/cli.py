@@ -25,26 +25,21 @@ def _ints(text: str, what: str) -> list:
         raise ArgumentError(f"{what}: expected comma-separated numbers, got {text!r}") from None
 
 
-def cmd_profile(args) -> int:
-    import hpccoll
+def _measuring(prog: str, out: str, timeout, body, finish) -> int:
+    """The shape of every measuring command, on every rank: check ``out`` on rank 0 before
+    measuring, run ``body(world, held)`` (it puts its context in ``held["ctx"]`` as soon
+    as it has one, and returns the arguments of ``finish``), settle rank-local errors
+    together, close the context, then ``finish(...)`` on rank 0."""
     from mpi4py import MPI
-    from .profiler import measure
-    from .store import environment
     world = MPI.COMM_WORLD
-    prog = "hpccoll-tune profile"
     try:
         sync = world.Dup()          # the agreement's own: no other collective can wait on it
-        ctx, error = None, None
+        held, error, result = {}, None, None
         try:
-            problem = world.bcast(h5log.append_problem(args.out) if world.rank == 0 else None, root=0)
+            problem = world.bcast(h5log.append_problem(out) if world.rank == 0 else None, root=0)
             if problem:                     # known before measuring, on every rank
                 raise ArgumentError(f"--out: {problem}")
-            ctx = hpccoll.init(timeout=args.timeout)
-            blocks = world.bcast(_blocks(args, ctx), root=0)   # cpu_count may differ by node
-            env = environment(world, settings=ctx.settings, device=args.device)
-            prof = measure(ctx, _ints(args.sizes, "--sizes"), blocks, repeats=args.repeats,
-                           kernel_size=args.kernel_size, rounds=args.rounds, device=args.device,
-                           contend_bytes=parse_bytes(args.contend_bytes))
+            result = body(world, held)
         except Exception as exc:
             error = exc
             if not isinstance(exc, HpcCollError):
@@ -52,76 +47,74 @@ def cmd_profile(args) -> int:
         # a rank-local error must not leave the others in a collective: settle it together
         # (or abort the job, when the others are stuck in one this rank skipped)
         try:
-            agree(sync, error, prog, timeout=args.timeout or 60.0)
+            agree(sync, error, prog, timeout=timeout or 60.0)
         except RankFailed as exc:
-            if ctx is not None:
-                ctx.close()          # every rank is here
+            if held.get("ctx") is not None:
+                held["ctx"].close()          # every rank is here
             if world.rank == 0:
                 print(f"{prog}: {exc}", file=sys.stderr)
             return 2
         finally:
             sync.Free()
-        ctx.close()
+        held["ctx"].close()
         if world.rank == 0:
-            path = prof.save(args.out, env)
-            print("\n".join(prof.table()))
-            print(f"profile written to {path}")
+            finish(*result)
         return 0
     except BaseException as exc:
         return abort_job(exc, prog)
+
+
+def cmd_profile(args) -> int:
+    import hpccoll
+    from .profiler import measure
+    from .store import environment
+
+    def body(world, held):
+        ctx = held["ctx"] = hpccoll.init(timeout=args.timeout)
+        blocks = world.bcast(_blocks(args, ctx), root=0)   # cpu_count may differ by node
+        env = environment(world, settings=ctx.settings, device=args.device)
+        prof = measure(ctx, _ints(args.sizes, "--sizes"), blocks, repeats=args.repeats,
+                       kernel_size=args.kernel_size, rounds=args.rounds, device=args.device,
+                       contend_bytes=parse_bytes(args.contend_bytes))
+        return prof, env
+
+    def finish(prof, env):
+        path = prof.save(args.out, env)
+        print("\n".join(prof.table()))
+        print(f"profile written to {path}")
+
+    return _measuring("hpccoll-tune profile", args.out, args.timeout, body, finish)
 
 
 def cmd_calibrate(args) -> int:
     import hpccoll
-    from mpi4py import MPI
     from . import calibrate
     from .calibration import default_path
     from .store import environment
-    world = MPI.COMM_WORLD
-    prog = "hpccoll-tune calibrate"
     out = args.out or default_path()
-    try:
-        sync = world.Dup()
-        ctx, error, cal = None, None, None
-        try:
-            problem = world.bcast(h5log.append_problem(out) if world.rank == 0 else None, root=0)
-            if problem:
-                raise ArgumentError(f"--out: {problem}")
-            sizes = _ints(args.sizes, "--sizes")
-            colls = _names(args.collectives, calibrate.COLLECTIVES, "--collectives")
-            kinds = _names(args.buffers, ("host", "registered"), "--buffers")
-            ranks = (sorted({1 << k for k in range(1, world.size.bit_length())} | {world.size})
-                     if args.ranks == "pow2" else _ints(args.ranks, "--ranks") or [world.size])
-            if args.rounds < 1 or args.round_ms <= 0:
-                raise ArgumentError("--rounds: expected >= 1; --round-ms: expected > 0")
-            # the table measures hpccoll's candidates, not a table loaded before
-            ctx = hpccoll.init(timeout=args.timeout, calibration="off")
-            env = environment(world, settings=ctx.settings)
-            cal = calibrate.measure(ctx, sizes, colls, kinds, ranks, args.rounds,
-                                    args.round_ms / 1e3, log=print if args.verbose else None)
-        except Exception as exc:
-            error = exc
-            if not isinstance(exc, HpcCollError):
-                traceback.print_exc()
-        try:
-            agree(sync, error, prog, timeout=args.timeout or 60.0)
-        except RankFailed as exc:
-            if ctx is not None:
-                ctx.close()
-            if world.rank == 0:
-                print(f"{prog}: {exc}", file=sys.stderr)
-            return 2
-        finally:
-            sync.Free()
-        ctx.close()
-        if world.rank == 0:
-            path = cal.save(out, env)
-            print("\n".join((cal.timings() if args.verbose else []) + cal.table()))
-            print(f"calibration appended to {path}; hpccoll.init loads it "
-                  f"{'by default' if path == default_path() else f'with HPCCOLL_CALIBRATION={path}'}")
-        return 0
-    except BaseException as exc:
-        return abort_job(exc, prog)
+
+    def body(world, held):
+        sizes = _ints(args.sizes, "--sizes")
+        colls = _names(args.collectives, calibrate.COLLECTIVES, "--collectives")
+        kinds = _names(args.buffers, ("host", "registered"), "--buffers")
+        ranks = (sorted({1 << k for k in range(1, world.size.bit_length())} | {world.size})
+                 if args.ranks == "pow2" else _ints(args.ranks, "--ranks") or [world.size])
+        if args.rounds < 1 or args.round_ms <= 0:
+            raise ArgumentError("--rounds: expected >= 1; --round-ms: expected > 0")
+        # the table measures hpccoll's candidates, not a table loaded before
+        ctx = held["ctx"] = hpccoll.init(timeout=args.timeout, calibration="off")
+        env = environment(world, settings=ctx.settings)
+        cal = calibrate.measure(ctx, sizes, colls, kinds, ranks, args.rounds,
+                                args.round_ms / 1e3, log=print if args.verbose else None)
+        return cal, env
+
+    def finish(cal, env):
+        path = cal.save(out, env)
+        print("\n".join((cal.timings() if args.verbose else []) + cal.table()))
+        how = "by default" if path == default_path() else f"with HPCCOLL_CALIBRATION={path}"
+        print(f"calibration appended to {path}; hpccoll.init loads it {how}")
+
+    return _measuring("hpccoll-tune calibrate", out, args.timeout, body, finish)
 
 
 def _names(text: str, allowed, what: str) -> list:

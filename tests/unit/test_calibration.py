@@ -156,7 +156,11 @@ def test_calibrate_measures_saves_and_init_loads_it(tmp_path):
             assert pick in [n for n, _, _ in algorithms.TABLE[coll]]
             timed = {a for (r, p, c, b, n, a) in cal.times if (c, b, n) == (coll, "host", nbytes)}
             assert pick in timed and "mpi" in timed and len(timed) >= 3
-    # registered buffers are measured where they could take shared memory
+    # registered buffers are measured where they could take shared memory, and take the
+    # ordinary buffers' pick elsewhere: every size has a pick (none is extrapolated)
+    assert cal.picks[(2, 2, "allreduce", "registered")][1] == (8, 256 << 10)
+    assert cal.choose("allreduce", "registered", 8, 2, 2) == cal.choose("allreduce", "host",
+                                                                        8, 2, 2)
     assert cal.choose("allreduce", "registered", 256 << 10, 2, 2) != ""
     (run,) = h5log.read(out)
     assert run.kind == "tuning.calibration" and run.attrs["nranks"] == 2
