@@ -9,8 +9,11 @@ from; ``python -m hpccoll config --markdown`` writes docs/config.md.
 """
 from __future__ import annotations
 
+import difflib
+import math
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -96,6 +99,8 @@ class Setting:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ArgumentError(f"{where}: expected a number, got {value!r}")
             value = self.type(value)
+            if math.isnan(value):       # it compares false with everything: no bound holds
+                raise ArgumentError(f"{where}: expected a number, got nan")
             if self.minimum is not None and value < self.minimum:
                 raise ArgumentError(f"{where}: expected a value >= {self.minimum}, got {value!r}")
             return value
@@ -259,6 +264,37 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
+_ENV_NAMES = {s.env: s for s in SETTINGS}
+# HPCCOLL_ variables of the scripts, templates and tests, not settings
+TOOL_VARIABLES = frozenset(
+    "HPCCOLL_" + n for n in (
+        "ENV", "LAUNCHER", "SRUN_MPI", "BENCH_ARGS", "BENCH_COLLS", "RESULTS", "VENV", "ROOT",
+        "CHAOS_ARGS", "CHAOS_SCENARIOS", "TRAIN_ARGS", "SITE_MPI", "SLURM_DIR", "SLURM_NODES",
+        "SLURM_PORT", "REQUIRE_SLURM", "TEST_REAL_GPU", "TEST_RANKS", "TEST_POLICY", "DTYPES"))
+_WARNED: set = set()
+
+
+def unknown_variables(environ) -> list:
+    """(name, closest setting's variable or None) for each HPCCOLL_ variable in
+    ``environ`` that is neither a setting nor one of the tools' own."""
+    out = []
+    for name in sorted(environ):
+        if name.startswith("HPCCOLL_") and name not in _ENV_NAMES and name not in TOOL_VARIABLES:
+            close = difflib.get_close_matches(name, list(_ENV_NAMES), n=1, cutoff=0.75)
+            out.append((name, close[0] if close else None))
+    return out
+
+
+def _warn_unknown(environ) -> None:
+    """A misspelt setting is otherwise ignored without a word: say so, once per name."""
+    for name, close in unknown_variables(environ):
+        if name in _WARNED:
+            continue
+        _WARNED.add(name)
+        hint = f"; did you mean {close}?" if close else \
+            "; `python -m hpccoll config` lists the settings"
+        warnings.warn(f"environment variable {name} is not an hpccoll setting and is "
+                      f"ignored{hint}", stacklevel=3)
 
 
 class Settings:
@@ -285,6 +321,7 @@ def resolve(overrides: Optional[dict] = None, environ: Optional[dict] = None) ->
     if unknown:
         raise ArgumentError(
             f"unknown option(s) {', '.join(unknown)}; known options: {', '.join(sorted(_BY_NAME))}")
+    _warn_unknown(environ)
     values, sources = {}, {}
     for s in SETTINGS:
         if s.name in overrides and overrides[s.name] is not None:

@@ -54,3 +54,34 @@ def test_dtype_names_with_and_without_bfloat16():
     from hpccoll.core.ops import dtype_name
     assert dtype_name(np.dtype(np.float64)) == "float64"
     assert dtype_name(np.dtype(np.float32)) == "float32"
+
+
+def test_nan_is_not_a_number_any_setting_accepts():
+    """nan compares false with every bound: accepted, timeout=nan turned the watchdog off."""
+    with pytest.raises(ArgumentError, match="argument timeout: expected a number, got nan"):
+        config.resolve({"timeout": float("nan")}, environ={})
+    with pytest.raises(ArgumentError, match="HPCCOLL_TIMEOUT: expected a number, got nan"):
+        config.resolve(environ={"HPCCOLL_TIMEOUT": "nan"})
+    with pytest.raises(ArgumentError, match="HPCCOLL_SPIN_US: expected a number, got nan"):
+        config.resolve(environ={"HPCCOLL_SPIN_US": "NaN"})
+    assert config.resolve({"timeout": float("inf")}, environ={}).timeout == float("inf")
+
+
+def test_a_misspelt_variable_is_named_with_the_closest_setting():
+    from hpccoll import config
+    config._WARNED.clear()
+    with pytest.warns(UserWarning, match="HPCCOLL_TIMEOUTT is not an hpccoll setting and is "
+                                         "ignored; did you mean HPCCOLL_TIMEOUT"):
+        s = config.resolve(environ={"HPCCOLL_TIMEOUTT": "5"})
+    assert s.timeout is None
+    with pytest.warns(UserWarning, match="HPCCOLL_FROBNICATE is not an hpccoll setting.*"
+                                         "python -m hpccoll config"):
+        config.resolve(environ={"HPCCOLL_FROBNICATE": "1"})
+    # once per name; the tools' own variables and real settings say nothing
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config.resolve(environ={"HPCCOLL_TIMEOUTT": "5", "HPCCOLL_ROOT": "/x",
+                         "HPCCOLL_TEST_POLICY": "fifo", "HPCCOLL_TIMEOUT": "5"})
+    assert config.unknown_variables({"HPCCOLL_POLICYY": "x", "HPCCOLL_VENV": "v",
+                                     "OTHER": "1"}) == [("HPCCOLL_POLICYY", "HPCCOLL_POLICY")]
