@@ -361,6 +361,8 @@ def markdown() -> str:
         "Pass them to `hpccoll.init(name=value)` or set `HPCCOLL_<NAME>` in the environment; an",
         "explicit argument wins over the environment, which wins over the default.",
         "`python -m hpccoll config` prints the effective values and where each came from.",
+        "An `HPCCOLL_` variable that is neither a setting nor one of the scripts' own warns once,",
+        "naming the closest setting.",
         "",
         "| name | environment | type | default | description |",
         "|---|---|---|---|---|",
