@@ -1,5 +1,7 @@
 """GradientBucketer under mpiexec: averages land in the gradient arrays whatever order
 each rank marks them ready in, step after step."""
+import os
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,9 @@ def grads_for(rank, step):
     return [np.full(s, 10.0 * rank + step + i, dtype=np.float32) for i, s in enumerate(SHAPES)]
 
 
+@pytest.mark.skipif(os.environ.get("HPCCOLL_TEST_POLICY") == "fifo",
+                    reason="fifo deadlocks on rank-dependent orders by design (the chaos "
+                           "tests assert that it ends in CollectiveTimeout)")
 @pytest.mark.parametrize("ends", [(1, 2, 3, 4, 5, 6), (2, 5, 6), (6,)])
 def test_averages_with_rank_dependent_ready_orders(comm, ends):
     rank, size = comm.rank, comm.size
