@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, CollectiveTimeout
 from . import validate
 from .state import CommState
 from .work import Work   # noqa: F401  (what every collective returns)
@@ -45,8 +45,24 @@ class Communicator:
         return validate.key_of(key), validate.blocks_of(blocks, self._blocks)
 
     # -- structure (collective over this communicator, on the calling thread) ----------
+    def _all_here(self, st, what: str) -> None:
+        """MPI's Comm_dup and Comm_split block until every member calls them, and no
+        timeout reaches into them.  With a timeout set, a barrier under the watchdog
+        comes first: a member that never calls ``what`` ends in CollectiveTimeout naming
+        it, not in a hang."""
+        if st.size < 2 or not self._ctx.settings.timeout:
+            return
+        try:
+            self.barrier().wait()
+        except CollectiveTimeout as exc:
+            first, _, _ = str(exc.args[0]).partition("\n")
+            raise CollectiveTimeout(
+                f"{what} of communicator {self.name!r}: not every member called it (the "
+                f"barrier hpccoll runs before it timed out: {first})", exc.report) from exc
+
     def dup(self, name: Optional[str] = None) -> "Communicator":
         st = self._ready()
+        self._all_here(st, "dup()")
         self._children += 1
         return Communicator(self._ctx, st.mpi.Dup(), name or f"{self.name}.dup{self._children}",
                             f"{self.uid}/d{self._children}")
@@ -58,6 +74,7 @@ class Communicator:
         if color is not None and (isinstance(color, bool) or not isinstance(color, (int, np.integer))
                                   or color < 0):
             raise ArgumentError(f"color: expected a non-negative integer or None, got {color!r}")
+        self._all_here(st, "split()")
         self._children += 1
         newcomm = st.mpi.Split(MPI.UNDEFINED if color is None else int(color), int(key))
         if color is None:

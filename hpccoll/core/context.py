@@ -11,7 +11,8 @@ from typing import Any, Optional
 import numpy as np
 
 from ..config import Settings, resolve
-from ..errors import ArgumentError, ArgumentTypeError, ContextClosed, HpcCollError
+from ..errors import (ArgumentError, ArgumentTypeError, CollectiveTimeout, ContextClosed,
+                      HpcCollError)
 from .communicator import Communicator
 
 # yield_polls on an oversubscribed node (4 ranks on 2 cores, an 8 B allreduce: 1,000 yields
@@ -39,6 +40,25 @@ def mpi():
     return MPI
 
 
+def _all_here(base, timeout: Optional[float]) -> None:
+    """Init's MPI calls (Comm_dup, Comm_split_type, ...) block until every rank of
+    ``base`` calls init, and no timeout reaches into them: with a timeout set, a polled
+    Ibarrier comes first, and a rank that never calls init ends in CollectiveTimeout.
+    (There is no engine yet to ask the others what they do instead.)"""
+    size = base.Get_size()
+    if size < 2 or not timeout:
+        return
+    req = base.Ibarrier()
+    deadline = time.monotonic() + timeout
+    while not req.Test():
+        if time.monotonic() > deadline:
+            raise CollectiveTimeout(
+                f"hpccoll.init (rank {base.Get_rank()} of {size}): not every rank of the "
+                f"communicator called init within the timeout ({timeout:g} s): a rank that "
+                "never calls it, fails before it, or calls it on another communicator")
+        time.sleep(1e-4)
+
+
 def _persistent_collectives(MPI) -> bool:
     """MPI-4 persistent collectives (``Allreduce_init`` and friends) in mpi4py and MPI."""
     return hasattr(MPI.Comm, "Allreduce_init") and MPI.Get_version() >= (4, 0)
@@ -55,6 +75,7 @@ class Context:
         base = MPI.COMM_WORLD if comm is None else comm
         if base == MPI.COMM_NULL:
             raise ArgumentError("comm: expected a communicator this rank belongs to, got COMM_NULL")
+        _all_here(base, self.settings.timeout)
         self._closed = False
         self._allocs: list = []        # registered allocations (ctx.empty)
         self._node = None              # this node's ranks (_meet_node; registered buffers)

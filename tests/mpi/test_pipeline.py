@@ -331,19 +331,19 @@ def test_truncation_is_explained_by_the_check(mpi_world, monkeypatch):
     naming the field, and nobody waits for rank 0's fingerprint in vain."""
     from hpccoll.engine.lane import MpiLane
     r = mpi_world.rank
-    if r == 0:
-        real = MpiLane.start
-
-        class Truncating:
-            def Test(self):
-                raise MPI.Exception(MPI.ERR_TRUNCATE)
-
-        def start(lane):
-            real(lane)               # the real collective, so the peers' completes
-            lane.req = Truncating()
-        monkeypatch.setattr(MpiLane, "start", start)
     with hpccoll.init(policy="preemptive", timeout=60, check_mismatch="every") as ctx:
-        comm = ctx.world.dup()
+        comm = ctx.world.dup()      # (its barrier, under the timeout, before the fault)
+        if r == 0:
+            real = MpiLane.start
+
+            class Truncating:
+                def Test(self):
+                    raise MPI.Exception(MPI.ERR_TRUNCATE)
+
+            def start(lane):
+                real(lane)               # the real collective, so the peers' completes
+                lane.req = Truncating()
+            monkeypatch.setattr(MpiLane, "start", start)
         w = comm.allreduce(np.ones(2 if r == 0 else 3, np.int64))
         with pytest.raises(hpccoll.CollectiveMismatch, match="count"):
             w.wait()
@@ -357,9 +357,9 @@ def test_an_mpi_error_at_start_fails_the_collective(mpi_world, monkeypatch):
 
     def start(lane):
         raise MPI.Exception(MPI.ERR_OTHER)
-    monkeypatch.setattr(MpiLane, "start", start)
     with hpccoll.init(policy="preemptive", timeout=60) as ctx:
-        comm = ctx.world.dup()
+        comm = ctx.world.dup()      # (its barrier, under the timeout, before the fault)
+        monkeypatch.setattr(MpiLane, "start", start)
         w = comm.allreduce(np.ones(2, np.int64))
         with pytest.raises(hpccoll.HpcCollError, match=r"allreduce .*#0 int64 x2"):
             w.wait()
