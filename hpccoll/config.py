@@ -219,6 +219,17 @@ SETTINGS: tuple[Setting, ...] = (
             "check_mismatch='deferred': milliseconds after which a communicator's digest is "
             "compared over the control plane, and after which a wait without progress probes "
             "for a mismatch.", minimum=1.0),
+    Setting("flight_entries", int, 64,
+            "The flight recorder: each rank remembers its last this-many collectives (done or "
+            "failed: communicator, sequence number or key, collective, dtype, count, algorithm, "
+            "issue, start and end times). Timeout reports show every rank's newest and how far "
+            "each rank got on each communicator; dump_dir writes them to a file. 0: off.",
+            minimum=0),
+    Setting("dump_dir", str, None,
+            "Directory where a rank that detects a CollectiveTimeout writes one HDF5 file with "
+            "every rank's flight record and pending collectives (a mismatch: this rank's own); "
+            "`hpccoll-report FILE` prints where the ranks diverged. None: no file.",
+            allow_none=True, parse=lambda text: text.strip() or None),
     Setting("report_wait", float, 1.0,
             "Seconds a rank that hit the timeout waits for the other ranks' reports.", minimum=0.0),
     Setting("trace", bool, False,

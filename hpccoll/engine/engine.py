@@ -25,9 +25,10 @@ import threading
 import time
 from collections import deque
 
-from . import policies
+from . import flight, policies
 from .control import HOST, PID, TAG_FAILED, TAG_REPORT, TAG_REPORT_REQ, Control
 from .crosscheck import CrossCheck
+from .flight import Recorder
 from .task import FAILED, RUNNING
 from .watchdog import format_report
 from ..errors import CollectiveMismatch, CollectiveTimeout, HpcCollError
@@ -92,6 +93,7 @@ class Engine:
         self._last_tasks = None
         self.last_progress = time.monotonic()   # any task's progress, for the watchdog
         self.trace = deque(maxlen=1_000_000) if settings.trace else None
+        self.flight = Recorder(settings.flight_entries) if settings.flight_entries else None
         self._live = 0
         self.app_active = 0.0             # when the application last issued or waited
         # counters (per daemon)
@@ -481,6 +483,8 @@ class Engine:
             self._live -= 1
         if self.trace is not None:
             self.trace.append(task.trace_record(self.control.rank))
+        if self.flight is not None:
+            self.flight.append(task)
         gate = task.lane.holds
         if gate is not None and task.t_start is not None:
             gate.held -= 1
@@ -498,11 +502,21 @@ class Engine:
         """A communicator whose ranks disagreed is unusable (stray messages may remain on
         its tags): fail everything pending on it.  Every member saw the same fingerprints,
         so every member breaks it at the same collective."""
+        if isinstance(exc, CollectiveMismatch) and state.broken is None:
+            self._dump_mismatch(state, exc)
         state.stop(exc)
         for other in self.live():
             if other.comm is state:
                 other.fail(exc)
                 self._complete(other)
+
+    def _dump_mismatch(self, state, exc) -> None:
+        """dump_dir: this rank's flight record of a mismatch (every member writes its own:
+        each one detects it)."""
+        if self.settings.dump_dir:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            flight.dump(self.settings.dump_dir, "mismatch", first,
+                        {self.control.rank: self.snapshot()}, self.control.rank)
 
     # -- control plane -----------------------------------------------------------------
     def _serve_control(self) -> None:
@@ -528,7 +542,8 @@ class Engine:
         tasks = self._last_tasks if self.broken is not None and self._last_tasks is not None \
             else [t.snapshot() for t in self.live()]
         return {"rank": self.control.rank, "host": HOST, "pid": PID, "status": status,
-                "policy": self.policy.name, "tasks": tasks}
+                "policy": self.policy.name, "tasks": tasks,
+                "flight": self.flight.rows(self.ctx._epoch) if self.flight is not None else []}
 
     # -- watchdog ------------------------------------------------------------------------
     def _check_timeout(self) -> None:
@@ -565,6 +580,11 @@ class Engine:
         self._last_tasks = rep["snaps"][self.control.rank]["tasks"]
         text = format_report(rep["trigger"], rep["snaps"], self.control.size,
                              self.settings.report_wait)
+        if self.settings.dump_dir:
+            path = flight.dump(self.settings.dump_dir, "timeout", rep["trigger"]["what"],
+                               rep["snaps"], self.control.rank)
+            if path:
+                text += f"\nFlight record of every rank that answered: {path}"
         if self.settings.print_report:
             print(text, file=sys.stderr, flush=True)
         exc = CollectiveTimeout(

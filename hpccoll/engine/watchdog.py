@@ -121,5 +121,13 @@ def format_report(trigger: dict, snaps: dict, world_size: int, waited: float) ->
             states = [f"{m}: {row['where'].get(m, 'not pending' if m in snaps else 'no answer')}"
                       for m in row["members"]]
             lines.append(f"  {row['coll']} {ident}: " + ", ".join(states))
+    if any(snap.get("flight") for snap in snaps.values()):
+        from .flight import last_entries, standings
+        lines.append("Last collectives per rank (flight recorder, newest last):")
+        for rank in sorted(snaps):
+            lines.append(f"  rank {rank}:")
+            lines += last_entries(snaps[rank]) or ["      nothing recorded"]
+        lines.append("Where each rank stands, per communicator:")
+        lines += standings(snaps)
     lines.append("Diagnosis: " + diagnose(snaps))
     return "\n".join(lines)

@@ -21,6 +21,16 @@ def _simulate(run) -> list[str]:
     return report.table(report.from_run(run)).splitlines()
 
 
+def _flight(run) -> list[str]:
+    from ..engine.flight import summary
+    return summary(run)
+
+
+def _calibration(run) -> list[str]:
+    from ..tuning.calibration import Calibration
+    return Calibration.from_run(run).table()
+
+
 def listing(run) -> list[str]:
     """Any run: its tables and traces (rows, columns), arrays (shape, dtype), attributes."""
     lines = []
@@ -38,8 +48,9 @@ def listing(run) -> list[str]:
     return lines
 
 
-# kind -> summary; the flight recorder's dump, and any kind to come, add theirs here
-SUMMARIES = {"chaos": _chaos, "tuning.profile": _profile, "tuning.simulate": _simulate}
+# kind -> summary; any kind to come adds its own here
+SUMMARIES = {"chaos": _chaos, "tuning.profile": _profile, "tuning.simulate": _simulate,
+             "flight": _flight, "tuning.calibration": _calibration}
 
 
 def summarize(run) -> list[str]:

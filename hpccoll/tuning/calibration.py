@@ -161,14 +161,19 @@ class Calibration:
         for run in mine:
             if library is not None and str(run.attrs.get("mpi_library", "")) != library:
                 continue
-            picks: dict = {}
-            for r, p, c, b, n, a in _read_columns(run.arrays, "picks"):
-                picks.setdefault((r, p, c, b), []).append((n, a))
-            secs = run.arrays.get("times/seconds", np.zeros(0))
-            times = {k: float(t) for k, t in zip(_read_columns(run.arrays, "times"), secs)}
-            out = out.merged(cls(picks, times, path, str(run.attrs.get("mpi_library", ""))))
+            out = out.merged(cls.from_run(run, path))
         out.source = str(path)
         return out
+
+    @classmethod
+    def from_run(cls, run, source: str = "") -> "Calibration":
+        """One calibration run of a result file."""
+        picks: dict = {}
+        for r, p, c, b, n, a in _read_columns(run.arrays, "picks"):
+            picks.setdefault((r, p, c, b), []).append((n, a))
+        secs = run.arrays.get("times/seconds", np.zeros(0))
+        times = {k: float(t) for k, t in zip(_read_columns(run.arrays, "times"), secs)}
+        return cls(picks, times, source, str(run.attrs.get("mpi_library", "")))
 
 
 _FIELDS = ("ranks", "per_node", "collective", "buffers", "bytes", "algo")

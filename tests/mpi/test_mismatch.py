@@ -81,3 +81,30 @@ def test_close_compares_what_was_not_compared_yet(mpi_world):
         ctx.close()
     check(info.value, 0)
     mpi_world.Barrier()          # every rank got here: nobody was left in close()
+
+
+def test_a_mismatch_writes_each_ranks_flight_record(tmp_path_factory, mpi_world):
+    """dump_dir: every member that detects the mismatch writes its own flight record, which
+    hpccoll-report reads: the mismatched collective is the last one each rank did."""
+    from hpccoll import h5log
+    from hpccoll.engine.flight import summary
+    where = mpi_world.bcast(str(tmp_path_factory.mktemp("flight")) if mpi_world.rank == 0
+                            else None, root=0)
+    with hpccoll.init(timeout=60, check_mismatch="every", dump_dir=where) as ctx:
+        comm = ctx.world.dup(name="m")
+        comm.allreduce(np.ones(3)).wait()
+        with pytest.raises(CollectiveMismatch):
+            comm.allreduce(np.arange(4, dtype=np.int32),
+                           op="max" if comm.rank == 1 else "sum").wait(timeout=30)
+    mpi_world.Barrier()
+    import glob
+    mine = glob.glob(f"{where}/hpccoll-flight-*-rank{mpi_world.rank}-*.h5")
+    assert len(mine) == 1, mine
+    (run,) = h5log.read(mine[0])
+    assert run.kind == "flight" and run.attrs["reason"] == "mismatch"
+    assert "ranks disagree about collective #1" in run.attrs["trigger"]
+    rows = run.tables["entries"]
+    assert [(r["ident"], r["state"]) for r in rows][-1:] == [("m#0", "done")]
+    text = "\n".join(summary(run))
+    assert "flight record: mismatch detected on rank" in text
+    assert "allreduce m#1 int32 x4" in text and "(pending)" in text

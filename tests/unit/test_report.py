@@ -155,7 +155,7 @@ def test_every_kind_of_run_reads(result, tmp_path, capsys):
     prof.save(str(path), {"nranks": 8})
     sim = tuning_report.run(("resnet50",), (10, 100))
     tuning_report.save(sim, str(path), {})
-    h5log.write_record(path, "flight", "rank1", {"nranks": 2, "reason": "timeout"},
+    h5log.write_record(path, "my.tool", "rank1", {"nranks": 2, "reason": "timeout"},
                        tables={"ring": [{"seq": 3, "coll": "allreduce", "state": "waiting"}]},
                        arrays={"peers": np.array([0, 1])})
     assert report([str(path)]) == 0
@@ -166,7 +166,7 @@ def test_every_kind_of_run_reads(result, tmp_path, capsys):
     assert f"run {chaos_run.name}: hpccoll.chaos abba, 2 ranks" in text
     assert "\n".join(prof.table()) in text
     assert tuning_report.table(sim) in text
-    assert "run 0004_rank1: flight rank1, 2 ranks" in text
+    assert "run 0004_rank1: my.tool rank1, 2 ranks" in text
     assert "tables/ring: 1 rows (seq, coll, state)" in text and "arrays/peers: int64 2" in text
     assert "reason=timeout" in text
     # a file without benchmark runs: the summaries, and a clear error for benchmark options
