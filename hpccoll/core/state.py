@@ -27,6 +27,8 @@ from . import plan as plans
 from .pool import BufferPool
 
 
+PLAN_CACHE = 1024   # plans per communicator (signatures a training loop repeats: a few)
+
 # from hpccoll.engine, once a communicator exists (they import mpi4py.MPI)
 MpiLane = RUNNING = post = start_slot = finish_slot = started = None
 
@@ -60,6 +62,7 @@ class CommState:
         self.live_keys: dict = {}
         self.key_uses: dict = {}       # key -> how many times it was issued (ordered policy)
         self.plans: dict = {}
+        self.orphans: list = []        # persistent requests of evicted plans, not freed yet
         self.prefer: dict = {}         # collective -> candidate: what a calibration times
         self.pool = BufferPool()       # scratch space, reused by the collectives
         self.noted_at = 0.0
@@ -133,6 +136,8 @@ class CommState:
         plan = self.plans.get(sig)
         if plan is None:
             plan = self.plans[sig] = plans.make(self, call, keyed, blocks, None)
+            if len(self.plans) > PLAN_CACHE:
+                self._evict()
         if self.ctx._allocs and plan.reg_matters and not keyed and call.device is None:
             reg = plans.registered(self.ctx, call)
             if reg is not None:
@@ -140,7 +145,44 @@ class CommState:
                 plan = self.plans.get(sig)
                 if plan is None:
                     plan = self.plans[sig] = plans.make(self, call, keyed, blocks, reg)
+                    if len(self.plans) > PLAN_CACHE:
+                        self._evict()
         return plan
+
+    def _evict(self) -> None:
+        """The plan cache is bounded: a program whose message sizes keep changing would
+        otherwise keep a plan (and, for tiny messages, persistent MPI requests) for every
+        size it ever sent.  The oldest quarter goes; a plan in flight lives on in its
+        tasks.  Its persistent requests are freed only once every collective issued here
+        so far has started: a queued task may still hold one of them, and were it freed,
+        that task would initialise a new one (a collective call) where the other ranks,
+        whose task had started before the eviction, do not."""
+        with self.lock:
+            old = list(self.plans)[:max(1, len(self.plans) // 4)]
+            for sig in old:
+                plan = self.plans.pop(sig, None)
+                if plan is not None and plan.recipe is not None:
+                    self.orphans += [s for s in plan.recipe.slots if s.req is not None]
+            if self.orphans and (self.last is None or started(self.last)):
+                self.orphans = self._free_slots(self.orphans)
+
+    @staticmethod
+    def _free_slots(slots) -> list:
+        """Free the persistent requests of ``slots`` that are not in flight; returns the
+        others."""
+        busy = []
+        for slot in slots:
+            if slot.req is None:
+                continue
+            if slot.busy:
+                busy.append(slot)
+                continue
+            try:
+                slot.req.Free()
+            except Exception:
+                pass
+            slot.req = None
+        return busy
 
     def issue(self, call, key: Optional[str] = None, blocks: Optional[int] = None):
         """Turn a validated call into a started or queued task; returns it (its Work)."""
@@ -325,14 +367,12 @@ class CommState:
             self.shm["area"].free()
             self.shm = None
         for plan in self.plans.values():
-            for slot in (plan.recipe.slots if plan.recipe is not None else ()):
-                # an active persistent collective (one a mismatch broke off) may not be
-                # freed (MPI-4 6.13): it is left to MPI_Finalize
-                if slot.req is not None and not slot.busy:
-                    try:
-                        slot.req.Free()
-                    except Exception:
-                        pass
+            if plan.recipe is not None:
+                self._free_slots(plan.recipe.slots)
+        # what is still busy now (a collective a mismatch broke off) may not be freed
+        # (MPI-4 6.13): it is left to MPI_Finalize
+        self._free_slots(self.orphans)
+        self.orphans = []
         self.plans = {}
         for c in (self.data, self.keyed, self.mpi):
             if c is not None:

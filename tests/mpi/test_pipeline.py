@@ -365,3 +365,50 @@ def test_an_mpi_error_at_start_fails_the_collective(mpi_world, monkeypatch):
             w.wait()
         with pytest.raises(hpccoll.HpcCollError):
             comm.allreduce(np.ones(2, np.int64)).wait()
+
+
+def test_the_plan_cache_is_bounded_and_evicted_plans_free_their_requests(ctx, monkeypatch):
+    """A program whose sizes keep changing keeps at most PLAN_CACHE plans per communicator;
+    the evicted ones' persistent requests are freed, and results stay right."""
+    from hpccoll.core import state as st_mod
+    monkeypatch.setattr(st_mod, "PLAN_CACHE", 8)
+    comm = ctx.world.dup(name="sizes")
+    try:
+        st = comm._state
+        for n in range(1, 41):
+            w = comm.allreduce(np.full(n, comm.rank + 1, np.int64))
+            assert w.wait().tolist() == [comm.size * (comm.size + 1) // 2] * n
+            assert len(st.plans) <= 8
+        # every plan left is one of the newest sizes
+        assert all(sig[2] > 40 - 8 for sig in st.plans)
+        assert st.orphans == []
+    finally:
+        comm.free()
+
+
+def test_evicting_plans_while_their_collectives_wait_keeps_ranks_in_step(monkeypatch):
+    """A plan evicted while a collective that takes its persistent request is still
+    queued on one rank and already started on another: no rank may initialise a request
+    the others do not (it would shift MPI's collective order on the communicator and hang
+    a later collective).  Rank 0 lets its engine start the tiny one before the eviction,
+    the others evict at once; one persistent request per plan, three plans kept."""
+    import time
+
+    from hpccoll.core import plan as plan_mod, state as st_mod
+    monkeypatch.setattr(st_mod, "PLAN_CACHE", 3)
+    monkeypatch.setattr(plan_mod, "PERSISTENT_SLOTS", 1)
+    with hpccoll.init(policy="fifo", timeout=20) as c:
+        comm = c.world.dup(name="churn")
+        size, rank = comm.size, comm.rank
+        total = size * (size + 1) // 2
+        for step in range(12):
+            big = comm.allreduce(np.full((1 << 16) + step, rank + 1, np.int64))  # a new plan
+            tiny = comm.allreduce(np.full(1, rank + 1, np.int64))   # queued behind it
+            if rank == 0:
+                time.sleep(0.02)
+            new = comm.allreduce(np.full(100 + step, rank + 1, np.int64))  # evicts the oldest
+            assert big.wait().tolist() == [total] * ((1 << 16) + step)
+            assert tiny.wait().tolist() == [total]
+            assert new.wait().tolist() == [total] * (100 + step)
+        assert len(comm._state.plans) <= 3
+        comm.free()
