@@ -12,10 +12,10 @@ from .core.communicator import Communicator
 from .core.context import Context, init
 from .core.work import Work
 from .errors import (ArgumentError, ArgumentTypeError, CollectiveMismatch, CollectiveTimeout,
-                     ContextClosed, HpcCollError, WaitTimeout)
+                     ContextClosed, HpcCollError, ResourcesExhausted, WaitTimeout)
 
 __all__ = [
     "__version__", "init", "Context", "Communicator", "Work",
     "HpcCollError", "CollectiveTimeout", "CollectiveMismatch", "ContextClosed", "WaitTimeout",
-    "ArgumentError", "ArgumentTypeError",
+    "ArgumentError", "ArgumentTypeError", "ResourcesExhausted",
 ]

@@ -36,6 +36,33 @@ class CollectiveTimeout(HpcCollError, TimeoutError):
         self.report = report
 
 
+class ResourcesExhausted(HpcCollError):
+    """MPI ran out of what a new communicator needs (communicator contexts, node-shared
+    memory).  Nothing of the communicator that failed to come up is left behind: free()
+    communicators no longer used, then try again."""
+
+
+def mpi_failure(what: str, exc: BaseException, live: int) -> HpcCollError:
+    """The hpccoll error for an MPI error while ``what`` set a communicator up: what ran
+    out (MPI's own line for it), how many hpccoll communicators are live on this rank, and
+    what to do; any other MPI error, named, as an HpcCollError."""
+    text = str(exc)
+    lines = [ln.split(":", 1)[-1].strip() for ln in text.splitlines() if ln.strip()]
+    if "Too many communicators" in text or "contextid" in text.lower():
+        resource = "communicator contexts"
+        line = next((ln for ln in lines if "Too many communicators" in ln), lines[-1])
+    elif any(w in text.lower() for w in ("memory", "shm", "mmap", "no space")):
+        resource = "node-shared memory"
+        line = lines[-1] if lines else text
+    else:
+        first = lines[-1] if lines else text
+        return HpcCollError(f"{what}: MPI failed: {first}")
+    return ResourcesExhausted(
+        f"{what}: MPI ran out of {resource} ({line}); {live} hpccoll communicator(s) are "
+        "live on this rank, each holding about 5 MPI communicators and its node-shared "
+        "slots: free() the ones no longer used (docs/sharp-bits.md)")
+
+
 class CollectiveMismatch(HpcCollError):
     """Ranks disagree on the collective type, dtype, count, root or reduction op of one collective."""
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import ArgumentError, CollectiveTimeout
+from ..errors import ArgumentError, CollectiveTimeout, mpi_failure
 from . import validate
 from .state import CommState
 from .work import Work   # noqa: F401  (what every collective returns)
@@ -64,7 +64,11 @@ class Communicator:
         st = self._ready()
         self._all_here(st, "dup()")
         self._children += 1
-        return Communicator(self._ctx, st.mpi.Dup(), name or f"{self.name}.dup{self._children}",
+        try:
+            newcomm = st.mpi.Dup()
+        except self._ctx._MPI.Exception as exc:
+            raise mpi_failure(f"dup() of {self.name!r}", exc, len(self._ctx._comms)) from exc
+        return Communicator(self._ctx, newcomm, name or f"{self.name}.dup{self._children}",
                             f"{self.uid}/d{self._children}")
 
     def split(self, color: Optional[int], key: int = 0, name: Optional[str] = None):
@@ -76,7 +80,10 @@ class Communicator:
             raise ArgumentError(f"color: expected a non-negative integer or None, got {color!r}")
         self._all_here(st, "split()")
         self._children += 1
-        newcomm = st.mpi.Split(MPI.UNDEFINED if color is None else int(color), int(key))
+        try:
+            newcomm = st.mpi.Split(MPI.UNDEFINED if color is None else int(color), int(key))
+        except MPI.Exception as exc:
+            raise mpi_failure(f"split() of {self.name!r}", exc, len(self._ctx._comms)) from exc
         if color is None:
             return None
         return Communicator(self._ctx, newcomm,

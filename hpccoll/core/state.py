@@ -21,7 +21,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import ArgumentError, CollectiveMismatch, ContextClosed
+from ..errors import ArgumentError, CollectiveMismatch, ContextClosed, mpi_failure
 from . import mismatch
 from . import plan as plans
 from .pool import BufferPool
@@ -86,10 +86,17 @@ class CommState:
         world_group.Free()
         self.shape = ctx.shape_of(self.world_ranks)
         # private duplicates: one for order-matched collectives, one for keyed ones
-        self.data = mpi_comm.Dup()
-        self.keyed = mpi_comm.Dup()
         from ..transport import shm
-        self.shm = shm.create(mpi_comm, self.world_ranks, ctx.settings)
+        try:
+            self.data = mpi_comm.Dup()
+            self.keyed = mpi_comm.Dup()
+            self.shm = shm.create(mpi_comm, self.world_ranks, ctx.settings)
+        except MPI.Exception as exc:
+            # nothing half-made stays: what this state took, and the communicator it was
+            # handed (made for it by dup, split or wrap)
+            self.free_mpi()
+            self.mpi = None
+            raise mpi_failure(f"communicator {name!r}", exc, len(ctx._comms)) from exc
         ub = ctx._ctl.Get_attr(MPI.TAG_UB) or 32767
         self.tag_space = max(2, (int(ub) + 1) // 2)
         s = ctx.settings

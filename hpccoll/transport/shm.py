@@ -115,7 +115,11 @@ def create(comm, world_ranks, settings) -> Optional[dict]:
         mine = local.index(comm.Get_rank())
         nodes = sorted({loc for _, loc in layout}, key=min)
         cross = tuple(loc[mine] for loc in nodes)
-    area = ShmArea(ncomm, settings.shm_slot_bytes, settings.shm_slots)
+    try:
+        area = ShmArea(ncomm, settings.shm_slot_bytes, settings.shm_slots)
+    except MPI.Exception:
+        ncomm.Free()
+        raise
     return {"area": area, "local": local, "cross": cross}
 
 

@@ -93,3 +93,30 @@ def test_a_done_callback_may_wait_for_a_collective():
         while not got and __import__("time").monotonic() < deadline:
             __import__("time").sleep(0.001)
         np.testing.assert_array_equal(got[0], np.full(3, ctx.size))
+
+
+def test_running_out_of_communicators_is_a_clear_error_and_leaves_nothing_behind():
+    """MPI's limit on communicators (MPICH: 2,048 contexts per process) ends in
+    ResourcesExhausted naming what ran out, how many are live and what to do, on every
+    rank; a failed creation takes nothing (repeated failures do not eat what freeing frees
+    again), and freed communicators make room for new ones."""
+    with hpccoll.init(timeout=60, shm_slot_bytes=4096, shm_slots=1) as ctx:
+        comms = []
+        with pytest.raises(hpccoll.ResourcesExhausted) as info:
+            for _ in range(5000):
+                comms.append(ctx.world.dup())
+        text = str(info.value)
+        assert "MPI ran out of communicator contexts" in text
+        assert f"{len(comms) + 1} hpccoll communicator(s) are live on this rank" in text
+        assert "free() the ones no longer used" in text
+        for _ in range(5):
+            with pytest.raises(hpccoll.ResourcesExhausted):
+                ctx.world.dup()
+        for c in comms[-2:]:
+            c.free()
+        again = [ctx.world.dup(), ctx.world.dup()]
+        for c in again:
+            assert c.allreduce(np.ones(2)).wait().tolist() == [ctx.size] * 2
+        for c in comms[:-2] + again:
+            c.free()
+        assert ctx.world.allreduce(np.ones(1)).wait().tolist() == [ctx.size]
