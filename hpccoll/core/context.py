@@ -209,6 +209,7 @@ class Context:
                                 f"the same size; got {sorted(set(sizes))} bytes on different ranks")
         from ..transport import shm
         try:
+            shm.headroom(self._node)
             alloc = shm.Registered(len(self._allocs) + 1, self._node, nbytes)
         except self._MPI.Exception as exc:
             raise HpcCollError(

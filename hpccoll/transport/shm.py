@@ -43,6 +43,19 @@ def node_comm(comm, world_ranks, node_size: Optional[int]):
     return comm.Split_type(MPI.COMM_TYPE_SHARED, comm.Get_rank())
 
 
+def headroom(ncomm) -> None:
+    """MPICH's Win_allocate_shared duplicates its communicator, and where no communicator
+    context is left it crashes (SIGSEGV) instead of returning an error.  Two duplicates
+    made and freed first turn running out into the MPI error a caller can handle."""
+    probes = []
+    try:
+        for _ in range(2):
+            probes.append(ncomm.Dup())
+    finally:
+        for p in probes:
+            p.Free()
+
+
 class ShmArea:
     """One communicator's node-shared flags and staging slots (see the module docstring)."""
 
@@ -116,6 +129,7 @@ def create(comm, world_ranks, settings) -> Optional[dict]:
         nodes = sorted({loc for _, loc in layout}, key=min)
         cross = tuple(loc[mine] for loc in nodes)
     try:
+        headroom(ncomm)
         area = ShmArea(ncomm, settings.shm_slot_bytes, settings.shm_slots)
     except MPI.Exception:
         ncomm.Free()
