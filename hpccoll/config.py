@@ -227,7 +227,8 @@ SETTINGS: tuple[Setting, ...] = (
             minimum=0),
     Setting("dump_dir", str, None,
             "Directory where a rank that detects a CollectiveTimeout writes one HDF5 file with "
-            "every rank's flight record and pending collectives (a mismatch: this rank's own); "
+            "every rank's flight record and pending collectives (a mismatch, or a tool that "
+            "aborts the job: this rank's own); "
             "`hpccoll-report FILE` prints where the ranks diverged. None: no file.",
             allow_none=True, parse=lambda text: text.strip() or None),
     Setting("report_wait", float, 1.0,

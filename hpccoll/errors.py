@@ -134,11 +134,35 @@ def abort_job(exc: BaseException, prog: str, wait: float = 0.0) -> int:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     sys.stderr.write(f"{prog}: rank {MPI.COMM_WORLD.Get_rank()} failed:\n{text}")
     sys.stderr.flush()
+    _dump_flight(exc)
     if wait:
         time.sleep(wait)
     unlink_mpi_shm()
     MPI.COMM_WORLD.Abort(1)
     return 1
+
+
+def _dump_flight(exc: BaseException) -> None:
+    """dump_dir: before the job is aborted, each open context's flight record (this rank's
+    own: the others may be stuck) goes to a file, as on a timeout or a mismatch."""
+    try:
+        from .core.context import _OPEN
+        from .engine import flight
+        for ctx in list(_OPEN):
+            engine = ctx._engine
+            if not ctx.settings.dump_dir or engine.flight is None:
+                continue
+            if not engine.lock.acquire(timeout=1.0):    # a stuck engine: no snapshot
+                continue
+            try:
+                snap = engine.snapshot()
+            finally:
+                engine.lock.release()
+            first = (str(exc).splitlines() or [""])[0]
+            flight.dump(ctx.settings.dump_dir, "abort", f"{type(exc).__name__}: {first}",
+                        {ctx.rank: snap}, ctx.rank)
+    except Exception:      # noqa: BLE001 - the abort must happen whatever this meets
+        pass
 
 
 def unlink_mpi_shm(maps: str = "/proc/self/maps") -> list:

@@ -73,12 +73,18 @@ def test_a_rank_local_failure_reaches_the_other_ranks(rank, tmp_path):
     others are waiting in it: the job is aborted with the error, within the timeout."""
     t0 = time.monotonic()
     proc = launch.run(2, [FAULT, "profile-early", str(rank), "--out", str(tmp_path / "p.h5"),
-                          *TINY], timeout=90)
+                          *TINY], timeout=90, env={"HPCCOLL_DUMP_DIR": str(tmp_path / "d")})
     assert proc.returncode != 0
     assert time.monotonic() - t0 < 45, "the other rank must not be left waiting"
     assert f"rank {rank} failed" in proc.stderr and "injected fault" in proc.stderr
     assert "did not reach the agreement within 5 s" in proc.stderr
     assert not (tmp_path / "p.h5").exists()
+    # the rank that aborts the job leaves its flight record (HPCCOLL_DUMP_DIR)
+    (dump,) = (tmp_path / "d").glob(f"hpccoll-flight-*-rank{rank}-*.h5")
+    (run,) = h5log.read(dump)
+    assert run.kind == "flight" and run.attrs["reason"] == "abort"
+    assert "RankFailed" in run.attrs["trigger"] or "injected fault" in run.attrs["trigger"]
+    assert list(run.attrs["ranks_answered"]) == [rank]      # its own: the other is stuck
 
 
 def test_a_failure_every_rank_reaches_is_one_clear_error(tmp_path):
