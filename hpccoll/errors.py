@@ -150,17 +150,14 @@ def _dump_flight(exc: BaseException) -> None:
         from .engine import flight
         for ctx in list(_OPEN):
             engine = ctx._engine
-            if not ctx.settings.dump_dir or engine.flight is None:
+            if not engine.settings.dump_dir or engine.flight is None:
                 continue
             if not engine.lock.acquire(timeout=1.0):    # a stuck engine: no snapshot
                 continue
             try:
-                snap = engine.snapshot()
+                flight.dump_own(engine, "abort", exc)
             finally:
                 engine.lock.release()
-            first = (str(exc).splitlines() or [""])[0]
-            flight.dump(ctx.settings.dump_dir, "abort", f"{type(exc).__name__}: {first}",
-                        {ctx.rank: snap}, ctx.rank)
     except Exception:      # noqa: BLE001 - the abort must happen whatever this meets
         pass
 

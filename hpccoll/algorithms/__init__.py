@@ -75,7 +75,7 @@ def _gather(c: Choice) -> bool:
     and on registered ones up to 1 MiB; from 4 MiB registered shared memory moves less
     (2 ranks 16 MiB: 1,121 against 1,400 us; 4 ranks 3,120 against 5,192).  Measured by
     ``hpccoll-tune calibrate``, docs/performance.md."""
-    return c.native and c.mpi_coll_bytes > 0 and not (
+    return _native(c) and not (
         c.registered and c.shm == "flat" and c.nbytes >= _GATHER_SHM_BYTES)
 
 
@@ -86,7 +86,7 @@ _GATHER_SHM_BYTES = 2 << 20
 # sizes where each is the built-in choice.  A calibration's pick is used only where it
 # applies (another machine's table may name shared memory where there is none).
 APPLIES: dict[str, Callable] = {
-    "mpi": lambda c: c.native and c.mpi_coll_bytes > 0,
+    "mpi": _native,
     "shm": lambda c: c.shm == "flat",
     "hier": lambda c: c.shm == "hier",
 }

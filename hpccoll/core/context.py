@@ -102,7 +102,6 @@ class Context:
                 raise
             self.calibration_note = "measured at init"
 
-
     def _meet_node(self) -> None:
         """The ranks on this node (for registered buffers) and whether they outnumber the
         CPUs they may run on.  Oversubscribed, a rank that spins takes the core a peer

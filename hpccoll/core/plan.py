@@ -87,8 +87,7 @@ class MpiRecipe:
 def _persistent(state, call, nbytes: int) -> tuple:
     """Persistent requests' staging arrays for a tiny MPI-row collective, or () where MPI
     has no persistent collectives or the message is larger than ``persistent_bytes``."""
-    from ..engine.lane import Persistent
-    from ..engine.lane import PERSISTENT
+    from ..engine.lane import PERSISTENT, Persistent
     limit = state.ctx.settings.persistent_bytes
     if call.coll not in PERSISTENT or not limit or nbytes > limit or not state.ctx.persistent_ok:
         return ()

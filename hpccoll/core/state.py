@@ -142,18 +142,20 @@ class CommState:
             sig = (call.coll, call.send.dtype, call.count, call.op, call.root, call.inplace)
         plan = self.plans.get(sig)
         if plan is None:
-            plan = self.plans[sig] = plans.make(self, call, keyed, blocks, None)
-            if len(self.plans) > PLAN_CACHE:
-                self._evict()
+            plan = self._remember(sig, plans.make(self, call, keyed, blocks, None))
         if self.ctx._allocs and plan.reg_matters and not keyed and call.device is None:
             reg = plans.registered(self.ctx, call)
             if reg is not None:
                 sig += (reg.key,)
                 plan = self.plans.get(sig)
                 if plan is None:
-                    plan = self.plans[sig] = plans.make(self, call, keyed, blocks, reg)
-                    if len(self.plans) > PLAN_CACHE:
-                        self._evict()
+                    plan = self._remember(sig, plans.make(self, call, keyed, blocks, reg))
+        return plan
+
+    def _remember(self, sig, plan):
+        self.plans[sig] = plan
+        if len(self.plans) > PLAN_CACHE:
+            self._evict()
         return plan
 
     def _evict(self) -> None:

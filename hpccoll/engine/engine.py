@@ -503,20 +503,13 @@ class Engine:
         its tags): fail everything pending on it.  Every member saw the same fingerprints,
         so every member breaks it at the same collective."""
         if isinstance(exc, CollectiveMismatch) and state.broken is None:
-            self._dump_mismatch(state, exc)
+            # every member detects it: each writes its own record
+            flight.dump_own(self, "mismatch", exc)
         state.stop(exc)
         for other in self.live():
             if other.comm is state:
                 other.fail(exc)
                 self._complete(other)
-
-    def _dump_mismatch(self, state, exc) -> None:
-        """dump_dir: this rank's flight record of a mismatch (every member writes its own:
-        each one detects it)."""
-        if self.settings.dump_dir:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            flight.dump(self.settings.dump_dir, "mismatch", first,
-                        {self.control.rank: self.snapshot()}, self.control.rank)
 
     # -- control plane -----------------------------------------------------------------
     def _serve_control(self) -> None:

@@ -115,6 +115,18 @@ def dump(directory: str, reason: str, trigger: str, snaps: dict, rank: int) -> O
         return None
 
 
+def dump_own(engine, reason: str, exc: BaseException) -> Optional[str]:
+    """``dump`` of this rank's own record (a mismatch each member detects, a job a tool
+    aborts), where ``dump_dir`` is set; the caller holds the engine's lock."""
+    directory = engine.settings.dump_dir
+    if not directory or engine.flight is None:
+        return None
+    first = (str(exc).splitlines() or [""])[0]
+    rank = engine.control.rank
+    return dump(directory, reason, f"{type(exc).__name__}: {first}",
+                {rank: engine.snapshot()}, rank)
+
+
 _PENDING = ("comm", "ident", "seq", "key", "coll", "dtype", "count", "state", "algo",
             "waits_done", "waits", "age", "idle", "waiting_on")
 
