@@ -73,7 +73,7 @@ def test_start_stop_cycle_is_idempotent_and_stops_only_its_daemons(tmp_path):
         conf = tmp_path / "cluster" / "slurm.conf"
         job = subprocess.run(["srun", "-n", "2", "-t", "1", "hostname"], capture_output=True,
                              text=True, timeout=120, env=dict(env, SLURM_CONF=str(conf)))
-        assert job.returncode == 0 and len(job.stdout.split()) == 2, job
+        assert job.returncode == 0 and len(job.stdout.split()) == 2, str(job)
     finally:
         stop = run("stop", env=env)
     assert stop.returncode == 0 and stop.stderr.count("stopped") == 2, stop.stderr

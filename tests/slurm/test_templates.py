@@ -94,10 +94,10 @@ def test_chaos_template(conf, tmp_path, launcher):
     job = submit("chaos.sbatch", tmp_path, job_env(
         conf, HPCCOLL_LAUNCHER=launcher, HPCCOLL_CHAOS_SCENARIOS="abba 3d",
         HPCCOLL_CHAOS_ARGS="--iters 3 --timeout 3"))
-    assert job.returncode == 0 and job.state == "COMPLETED", job
-    assert job.info["ExitCode"] == "0:0", job
+    assert job.returncode == 0 and job.state == "COMPLETED", str(job)
+    assert job.info["ExitCode"] == "0:0", str(job)
     assert [p.name for p in job.results()] == [f"{job.id}-chaos-3d.h5", f"{job.id}-chaos-abba.h5"]
-    assert job.out.count("OK: every policy behaved as expected") == 2, job
+    assert job.out.count("OK: every policy behaved as expected") == 2, str(job)
     for path in job.results():
         attrs = check_recorded(path, job)
         assert attrs["nranks"] == 4 and bool(attrs["ok"])
@@ -127,10 +127,10 @@ def test_chaos_template_fails_when_its_check_fails(conf, tmp_path):
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
                                   if os.path.realpath(p) != os.path.realpath(f"{sys.prefix}/bin"))
     job = submit("chaos.sbatch", tmp_path, env, "--ntasks-per-node=2")
-    assert job.returncode == 1 and job.state == "FAILED", job
-    assert job.info["ExitCode"] == "1:0", job
-    assert "FAILED: unexpected outcome" in job.out and "some checks FAILED" in job.err, job
-    assert f"{sys.prefix}/bin/python" in job.err, job
+    assert job.returncode == 1 and job.state == "FAILED", str(job)
+    assert job.info["ExitCode"] == "1:0", str(job)
+    assert "FAILED: unexpected outcome" in job.out and "some checks FAILED" in job.err, str(job)
+    assert f"{sys.prefix}/bin/python" in job.err, str(job)
     [path] = job.results()
     check_recorded(path, job)
     (run,) = h5log.read(path)
@@ -145,8 +145,8 @@ def test_launcher_that_starts_singletons_fails_the_job_with_the_fix(conf, tmp_pa
     """srun --mpi=none starts the wheel's MPICH as 2 singletons, each 'rank 0 of 1'."""
     job = submit("chaos.sbatch", tmp_path, job_env(conf, HPCCOLL_SRUN_MPI="none"),
                  "--ntasks-per-node=2")
-    assert job.returncode == 2 and job.state == "FAILED", job
-    assert "expected one MPI job of 2 ranks" in job.err and "HPCCOLL_SRUN_MPI" in job.err, job
+    assert job.returncode == 2 and job.state == "FAILED", str(job)
+    assert "expected one MPI job of 2 ranks" in job.err and "HPCCOLL_SRUN_MPI" in job.err, str(job)
     assert job.results() == []
 
 
@@ -174,7 +174,7 @@ def test_bench_template(conf, tmp_path):
     colls = ("allreduce", "alltoall")
     job = submit("bench.sbatch", tmp_path, job_env(
         conf, HPCCOLL_BENCH_COLLS=" ".join(colls), HPCCOLL_BENCH_ARGS="-e 64K -f 8 -n 2 -w 1"))
-    assert job.returncode == 0 and job.state == "COMPLETED", job
+    assert job.returncode == 0 and job.state == "COMPLETED", str(job)
     assert [p.name for p in job.results()] == sorted(f"{job.id}-bench-{c}.h5" for c in colls)
     for path in job.results():
         assert check_bench_file(path, job)["SLURM_NTASKS"] == "4"
@@ -183,7 +183,8 @@ def test_bench_template(conf, tmp_path):
 @pytest.mark.slurm
 @pytest.mark.timeout(600)
 def test_bench_multinode_template(conf, tmp_path):
-    """2 nodes x 2 tasks (slurm-local runs 2 slurmd by default): one rank per node, then all."""
+    """2 nodes x 2 tasks (slurm-local runs 2 slurmd by default): one rank per node, then all.
+    HPCCOLL_LAUNCHER=auto starts them with hydra (test_launchers.py says why)."""
     need_bench()
     if nodes(conf) < 2:
         pytest.skip("this cluster has fewer than 2 nodes (HPCCOLL_SLURM_NODES=2 "
@@ -191,7 +192,8 @@ def test_bench_multinode_template(conf, tmp_path):
     job = submit("bench-multinode.sbatch", tmp_path, job_env(
         conf, HPCCOLL_BENCH_COLLS="allreduce", HPCCOLL_BENCH_ARGS="-e 64K -f 8 -n 2 -w 1"),
         "--nodes=2", "--ntasks-per-node=2")
-    assert job.returncode == 0 and job.state == "COMPLETED", job
+    assert job.returncode == 0 and job.state == "COMPLETED", str(job)
+    assert re.search(r"on 2 node\(s\) \(\S+\), mpiexec,", job.err), str(job)
     assert [p.name for p in job.results()] == [f"{job.id}-bench-1pernode-allreduce.h5",
                                                f"{job.id}-bench-allreduce.h5"]
     for path in job.results():
@@ -203,7 +205,7 @@ def test_bench_multinode_template(conf, tmp_path):
 def test_train_template(conf, tmp_path):
     assert (ROOT / "examples" / "train_dp.py").exists(), "examples/train_dp.py is missing"
     job = submit("train.sbatch", tmp_path, job_env(conf), "--ntasks-per-node=2")
-    assert job.returncode == 0 and job.state == "COMPLETED", job
+    assert job.returncode == 0 and job.state == "COMPLETED", str(job)
     [path] = job.results()
     assert path.name == f"{job.id}-train.h5"
     check_recorded(path, job)

@@ -1,5 +1,6 @@
 """The deadlock workloads' runs in result files (hpccoll/results.py) and the Slurm helpers
 the templates use (hpccoll/slurm.py), under real mpiexec jobs."""
+import os
 import subprocess
 import sys
 
@@ -98,6 +99,51 @@ def test_check_names_the_launcher_when_ranks_are_singletons():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "HPCCOLL_SRUN_MPI" in proc.stderr and "HPCCOLL_LAUNCHER=mpiexec" in proc.stderr
+
+
+WHEEL = ("MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25 2026\n"
+         "MPICH configure:    --with-device=ch4:ucx,ofi --with-pm=hydra:gforker\n")
+SLURM_MPICH = WHEEL.replace("--with-pm=hydra:gforker", "--with-pmi=pmi2/simple --with-slurm")
+OPEN_MPI = "Open MPI v5.0.3, package: Open MPI builder Distribution, ident: 5.0.3"
+INTEL = "Intel(R) MPI Library 2021.12 for Linux* OS\n"
+
+
+@pytest.mark.parametrize("want, nodes, library, hydra, expected", [
+    ("auto", 2, WHEEL, True, "mpiexec"),         # srun's pmi2 would lose its long requests
+    ("auto", 1, WHEEL, True, "srun"),            # one node: no address exchange through PMI
+    ("auto", 2, WHEEL, False, "srun"),           # no hydra on PATH: srun is all there is
+    ("auto", 4, SLURM_MPICH, True, "srun"),      # built against Slurm's PMI-2
+    ("auto", 4, OPEN_MPI, True, "srun"),
+    ("auto", 4, INTEL, True, "srun"),
+    ("srun", 2, WHEEL, True, "srun"),            # asked for: it runs, with a warning
+    ("mpiexec", 1, OPEN_MPI, False, "mpiexec"),
+])
+def test_launcher_choice(want, nodes, library, hydra, expected):
+    name, note = slurm.pick_launcher(want, nodes, library, hydra)
+    assert name == expected
+    if want == "auto" and expected == "mpiexec":
+        assert note.startswith("auto:") and "1024 bytes" in note and "hydra" in note
+    elif want == "srun" and nodes > 1 and library is WHEEL:
+        assert note.startswith("warning:") and "HPCCOLL_LAUNCHER=auto" in note
+    else:
+        assert note == ""
+
+
+def test_launcher_cli_reads_this_mpi_and_the_job(tmp_path):
+    """This venv's MPI is the pip wheel: its own PMI-1 client, its hydra on PATH."""
+    assert slurm.own_pmi1_client(slurm.library_version())
+    def launcher(*argv, **env):
+        return subprocess.run([sys.executable, "-m", "hpccoll.slurm", "launcher", *argv],
+                              capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, **env))
+    two = launcher(SLURM_JOB_NUM_NODES="2")
+    assert (two.returncode, two.stdout) == (0, "mpiexec\n"), two.stderr
+    assert "srun --mpi=pmi2 reads" in two.stderr
+    one = launcher(SLURM_JOB_NUM_NODES="1")
+    assert (one.returncode, one.stdout, one.stderr) == (0, "srun\n", "")
+    bad = launcher("--want", "mpirun")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert "HPCCOLL_LAUNCHER must be auto, srun or mpiexec, not 'mpirun'" in bad.stderr
 
 
 @pytest.mark.parametrize("argv", [["check"], ["stamp"], []])
