@@ -185,7 +185,8 @@ SETTINGS: tuple[Setting, ...] = (
             "of ranks or ranks per node, are not used."),
     Setting("shm", bool, True,
             "Let ranks of a communicator that share a node exchange through node-shared memory "
-            "(MPI.Win.Allocate_shared) for allreduce, reduce_scatter and allgather."),
+            "(one file in /dev/shm per communicator and node) for allreduce, reduce_scatter "
+            "and allgather."),
     Setting("shm_slot_bytes", int, 4 << 20,
             "Size of each staging slot in a rank's shared segment; a message moves one slot per "
             "step (every step is a point where the collective can be suspended).",

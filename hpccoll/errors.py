@@ -59,8 +59,8 @@ def mpi_failure(what: str, exc: BaseException, live: int) -> HpcCollError:
         return HpcCollError(f"{what}: MPI failed: {first}")
     return ResourcesExhausted(
         f"{what}: MPI ran out of {resource} ({line}); {live} hpccoll communicator(s) are "
-        "live on this rank, each holding about 5 MPI communicators and its node-shared "
-        "slots: free() the ones no longer used (docs/sharp-bits.md)")
+        "live on this rank, each holding 2 MPI communicators and its node-shared slots: "
+        "free() the ones no longer used (docs/sharp-bits.md)")
 
 
 class CollectiveMismatch(HpcCollError):

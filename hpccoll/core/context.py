@@ -79,6 +79,7 @@ class Context:
         self._closed = False
         self._allocs: list = []        # registered allocations (ctx.empty)
         self._node = None              # this node's ranks (_meet_node; registered buffers)
+        self._fence_win = None         # shm_fence's window
         self._node_index: dict = {}
         self._epoch = time.time() - time.monotonic()   # monotonic -> wall clock, for traces
         self._comms: list = []
@@ -183,6 +184,17 @@ class Context:
     def stats(self) -> dict:
         """Engine counters: passes, parks, wakeups, context switches, policy."""
         return self._engine.stats()
+
+    def shm_fence(self):
+        """The full memory barrier that orders node-shared data and counters
+        (transport/shm.py): MPI_Win_sync of a window of this process alone, locked for its
+        whole life.  Made once, at the first communicator that shares memory."""
+        if self._fence_win is None:
+            MPI = self._MPI
+            win = MPI.Win.Allocate_shared(8, 1, comm=MPI.COMM_SELF)
+            win.Lock_all(MPI.MODE_NOCHECK)
+            self._fence_win = win
+        return self._fence_win.Sync
 
     # -- registered (node-shared, symmetric) buffers -----------------------------------------
     def empty(self, n: int, dtype=np.float64) -> np.ndarray:
@@ -324,6 +336,10 @@ class Context:
             self._free_allocations()
             if self._node is not None:
                 self._node.Free()
+            if self._fence_win is not None:
+                self._fence_win.Unlock_all()
+                self._fence_win.Free()
+                self._fence_win = None
         for st in self._states():
             st.stop()
         self._comms = []

@@ -70,7 +70,7 @@ class CommState:
         self.fast = False
         self.spin = 0
         self.shm = None
-        self.data = self.keyed = None
+        self.data = None
         if mpi_comm == MPI.COMM_NULL:
             self.mpi = None
             self.ok = False
@@ -85,12 +85,13 @@ class CommState:
         group.Free()
         world_group.Free()
         self.shape = ctx.shape_of(self.world_ranks)
-        # private duplicates: one for order-matched collectives, one for keyed ones
+        # the private duplicate the data travels on, order-matched and keyed alike (MPI's
+        # own collectives run on it, so it is not the one dup() and split() call on)
         from ..transport import shm
         try:
             self.data = mpi_comm.Dup()
-            self.keyed = mpi_comm.Dup()
-            self.shm = shm.create(mpi_comm, self.world_ranks, ctx.settings)
+            self.shm = shm.create(mpi_comm, self.world_ranks, ctx._node_of, ctx.settings,
+                                  ctx.shm_fence)
         except MPI.Exception as exc:
             # nothing half-made stays: what this state took, and the communicator it was
             # handed (made for it by dup, split or wrap)
@@ -98,7 +99,9 @@ class CommState:
             self.mpi = None
             raise mpi_failure(f"communicator {name!r}", exc, len(ctx._comms)) from exc
         ub = ctx._ctl.Get_attr(MPI.TAG_UB) or 32767
-        self.tag_space = max(2, (int(ub) + 1) // 2)
+        # message tags on `data`: order-matched collectives in the lower half, keyed ones in
+        # the upper; a collective's check rides on its tag + 1
+        self.tag_space = max(2, (int(ub) + 1) // 4)
         s = ctx.settings
         self.check = s.check_mismatch if self.size > 1 else "off"
         # run() may start and poll a collective with no task (see there), spin polls long
@@ -311,21 +314,21 @@ class CommState:
 
     def _check(self, value, rows, tag, direct=False):
         from ..engine.check import CheckLane
-        return CheckLane(value, rows, self, self.keyed if direct else self.data, tag + 1, direct)
+        return CheckLane(value, rows, self, self.data, tag + 1, direct)
 
     def _keyed(self, plan, call, key):
-        """A keyed collective: matched by its key's message tag on the keyed duplicate."""
+        """A keyed collective: matched by its key's message tag (the upper half)."""
         if key in self.live_keys:
             raise ArgumentError(f"key: {key!r} is already pending on communicator "
                                 f"{self.name!r}; wait for it before reusing the key")
         h = key_hash(key)
-        tag = (h % self.tag_space) * 2
+        tag = (self.tag_space + h % self.tag_space) * 2
         clash = [k for k, t in self.live_keys.items() if t == tag]
         if clash:
             raise ArgumentError(f"key: {key!r} and the pending key {clash[0]!r} map to the "
                                 "same message tag on this communicator; rename one")
         self.live_keys[key] = tag
-        lane = plan.lane(self, call, tag, self.keyed)
+        lane = plan.lane(self, call, tag, self.data)
         check = None
         if self.check != "off":      # keyed collectives may start in any order: direct rows
             fp = mismatch.with_seq(plan.fp, h)
@@ -383,7 +386,7 @@ class CommState:
         self._free_slots(self.orphans)
         self.orphans = []
         self.plans = {}
-        for c in (self.data, self.keyed, self.mpi):
+        for c in (self.data, self.mpi):
             if c is not None:
                 try:
                     c.Free()

@@ -1,15 +1,16 @@
 """Node-shared memory for the ranks of a communicator that share a node.
 
-MPI sets the memory up and frees it: ``MPI.Win.Allocate_shared`` over the node's ranks
-(``Split_type(COMM_TYPE_SHARED)``, or the fake nodes of the ``node_size`` setting).  Each
-rank's segment holds three counters (READY, REDUCED, CONSUMED), each on its own cache
-line, then ``shm_slots`` staging slots of ``shm_slot_bytes``.  The window is locked
-(``Lock_all``) for its whole life, which makes ``Win.Sync`` a valid memory barrier.
+A communicator's area is one file in /dev/shm per node (``create``), mapped by the
+node's ranks (the world's node map says which: ``Split_type(COMM_TYPE_SHARED)`` at init,
+or the fake nodes of the ``node_size`` setting) and unlinked as soon as all have mapped
+it; it costs no MPI communicator context.  Each rank's segment holds three counters
+(READY, REDUCED, CONSUMED), each on its own cache line, then ``shm_slots`` staging slots
+of ``shm_slot_bytes``; pages are taken when first touched.
 
 Memory ordering.  A writer stores its data (a copy into its slot, or a reduced part),
-then ``Win.Sync()`` (MPI_Win_sync: a full memory barrier in MPI's unified memory model),
-then stores the counter.  A reader loads the counter and, once it reached the epoch it
-needs, calls ``Win.Sync()`` before loading the data.  The writer's barrier orders data
+then a fence (MPI_Win_sync of a locked window of this process, ``Context.shm_fence``: a
+full memory barrier in MPI's unified memory model), then stores the counter.  A reader loads the counter and, once it reached the epoch it
+needs, calls the fence before loading the data.  The writer's barrier orders data
 before counter, the reader's orders counter before data, so a reader that sees epoch e
 sees everything written before epoch e was published (on x86-64, whose stores are not
 reordered with stores nor loads with loads, the barriers cost little; on weaker memory
@@ -24,6 +25,10 @@ array is at the same offset of its own segment.
 """
 from __future__ import annotations
 
+import mmap
+import os
+import secrets
+import tempfile
 import weakref
 from typing import Optional
 
@@ -57,24 +62,31 @@ def headroom(ncomm) -> None:
 
 
 class ShmArea:
-    """One communicator's node-shared flags and staging slots (see the module docstring)."""
+    """One communicator's node-shared flags and staging slots (see the module docstring),
+    in one file of node-shared memory mapped by each of the node's ranks: the node leader's
+    ``fd`` (it created it), or None to open ``path`` (see ``create``)."""
 
-    def __init__(self, ncomm, slot_bytes: int, slots: int):
-        self.comm = ncomm
-        self.rank, self.size = ncomm.Get_rank(), ncomm.Get_size()
+    def __init__(self, path: str, fd: Optional[int], local_rank: int, local_size: int,
+                 slot_bytes: int, slots: int, fence):
+        self.rank, self.size = local_rank, local_size
         self.slot_bytes = -(-slot_bytes // SLOT_ALIGN) * SLOT_ALIGN
         self.slots = slots
-        nbytes = CTRL_BYTES + slots * self.slot_bytes
-        self.win = MPI.Win.Allocate_shared(nbytes, 1, comm=ncomm)
-        self.win.Lock_all(MPI.MODE_NOCHECK)
-        self.segs = [np.frombuffer(self.win.Shared_query(q)[0], dtype=np.uint8, count=nbytes)
-                     for q in range(self.size)]
-        self.flags = [seg[:CTRL_BYTES].view(np.int64) for seg in self.segs]
-        self.flags[self.rank][:] = 0
-        self.win.Sync()
-        ncomm.Barrier()
+        seg = CTRL_BYTES + slots * self.slot_bytes
+        total = seg * local_size
+        if fd is None:
+            fd = os.open(path, os.O_RDWR)
+            if os.fstat(fd).st_size < total:      # not this communicator's: never map it
+                os.close(fd)
+                raise OSError(f"{path}: smaller than the {total} bytes expected")
+        try:
+            self.map = mmap.mmap(fd, total)
+        finally:
+            os.close(fd)           # the mapping keeps the memory; the name goes at unlink
+        whole = np.frombuffer(self.map, dtype=np.uint8)
+        self.segs = [whole[q * seg:(q + 1) * seg] for q in range(local_size)]
+        self.flags = [s[:CTRL_BYTES].view(np.int64) for s in self.segs]
         self.epoch = 0            # epochs handed out so far (the next collective's base)
-        self._sync = self.win.Sync
+        self._sync = fence
 
     def signal(self, flag: int, value: int) -> None:
         self._sync()              # data before counter
@@ -99,41 +111,103 @@ class ShmArea:
         return [q for q in peers if self.flags[q][i] < value]
 
     def free(self) -> None:
+        self.segs = self.flags = []
         try:
-            self.win.Unlock_all()
-            self.win.Free()
-            self.comm.Free()
-        except MPI.Exception:
+            self.map.close()
+        except BufferError:        # a view escaped (a slot still referenced): let GC unmap
             pass
 
 
-def create(comm, world_ranks, settings) -> Optional[dict]:
+def layout(rank: int, world_ranks, node_of) -> tuple:
+    """(local, cross) of communicator rank ``rank``: the communicator ranks on its node
+    (communicator order), and those with its local index on every node (node order), or
+    None if nodes hold unequal numbers of ranks; (None, None) when some rank of the
+    communicator has no peer on its node (then no rank uses shared memory).  From the
+    world's node map alone, so every rank computes the same without a message."""
+    nodes: dict = {}
+    for r, w in enumerate(world_ranks):
+        nodes.setdefault(node_of[w], []).append(r)
+    if min(len(ranks) for ranks in nodes.values()) < 2:
+        return None, None
+    local = tuple(nodes[node_of[world_ranks[rank]]])
+    cross = None
+    if len({len(ranks) for ranks in nodes.values()}) == 1:
+        mine = local.index(rank)
+        cross = tuple(ranks[mine] for ranks in sorted(nodes.values(), key=min))
+    return local, cross
+
+
+def shm_dir() -> str:
+    """Where node-shared files go: tmpfs where Linux has it, else the temporary directory."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+def _new_file(nbytes: int) -> tuple:
+    """A new, private, zero-filled file of ``nbytes`` (sparse: pages come when touched)."""
+    for _ in range(8):
+        path = os.path.join(shm_dir(), f"hpccoll-{os.getpid()}-{secrets.token_hex(6)}")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        try:
+            os.ftruncate(fd, nbytes)
+        except OSError:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        return path, fd
+    raise OSError(f"no free file name in {shm_dir()}")
+
+
+def create(comm, world_ranks, node_of, settings, fence_of) -> Optional[dict]:
     """Collective over ``comm`` at communicator creation: the node-local area, or None when
-    shared memory is off or no other rank of the communicator shares this node.  Returns
-    {"area", "local" (comm ranks on my node, local order), "cross" (comm ranks with my local
-    index on every node, node order) or None if nodes hold unequal numbers of ranks}."""
+    shared memory is off or some rank of the communicator has no peer on its node.
+    Returns {"area", "local" (comm ranks on my node, local order), "cross" (comm ranks with
+    my local index on every node, node order) or None if nodes hold unequal numbers of
+    ranks}.
+
+    The node's first rank creates the file and the others map it after an allgather of
+    its name; once all have, it is unlinked, so a job that dies leaves nothing in
+    /dev/shm.  No MPI communicator is made for it (a window would take two contexts of
+    the ~2,000 MPICH has), and an error on any rank is every rank's (ResourcesExhausted)."""
     if not settings.shm or comm.Get_size() == 1:
         return None
-    ncomm = node_comm(comm, world_ranks, settings.node_size)
-    local = tuple(ncomm.allgather(comm.Get_rank()))
-    # every rank must agree on whether shared memory is used at all (collectively)
-    usable = comm.allreduce(1 if len(local) > 1 else 0, op=MPI.MIN)
-    if not usable:
-        ncomm.Free()
+    rank = comm.Get_rank()
+    local, cross = layout(rank, world_ranks, node_of)
+    if local is None:
         return None
-    layout = comm.allgather((local.index(comm.Get_rank()), local))
-    sizes = {len(loc) for _, loc in layout}
-    cross = None
-    if len(sizes) == 1:
-        mine = local.index(comm.Get_rank())
-        nodes = sorted({loc for _, loc in layout}, key=min)
-        cross = tuple(loc[mine] for loc in nodes)
-    try:
-        headroom(ncomm)
-        area = ShmArea(ncomm, settings.shm_slot_bytes, settings.shm_slots)
-    except MPI.Exception:
-        ncomm.Free()
-        raise
+    me = local.index(rank)
+    slot_bytes = -(-settings.shm_slot_bytes // SLOT_ALIGN) * SLOT_ALIGN
+    nbytes = (CTRL_BYTES + settings.shm_slots * slot_bytes) * len(local)
+    path = fd = error = area = None
+    if me == 0:
+        try:
+            path, fd = _new_file(nbytes)
+        except OSError as exc:
+            error = f"{shm_dir()}: {exc.strerror or exc}"
+    made = comm.allgather((path, error))
+    errors = [e for _, e in made if e]
+    if not errors:
+        try:
+            area = ShmArea(made[local[0]][0], fd, me, len(local), settings.shm_slot_bytes,
+                           settings.shm_slots, fence_of())
+        except (OSError, ValueError) as exc:
+            error = f"{made[local[0]][0]}: {exc}"
+    elif fd is not None:
+        os.close(fd)
+    errors += [e for e in comm.allgather(error) if e]
+    if path is not None:
+        os.unlink(path)            # every rank of the node has mapped it (or failed to)
+    if errors:
+        if area is not None:
+            area.free()
+        from ..errors import ResourcesExhausted
+        raise ResourcesExhausted(
+            f"node-shared memory for a communicator of {comm.Get_size()} ranks "
+            f"({nbytes} bytes per node: shm_slots x shm_slot_bytes per rank) could not be "
+            f"set up: {errors[0]}; free() communicators no longer used, or lower shm_slots "
+            f"or shm_slot_bytes")
     return {"area": area, "local": local, "cross": cross}
 
 

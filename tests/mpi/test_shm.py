@@ -159,3 +159,28 @@ def test_shm_can_be_switched_off(mpi_world):
         x = ints(N, ctx.rank)
         ctx.world.allreduce(x).wait()
         assert {r["algo"] for r in ctx.trace()} == {"ring"} if ctx.size > 1 else True
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_communicators_area_is_one_mapped_file_gone_from_the_file_system(sctx, mpi_world):
+    """Every rank of the node maps the same memory (a counter one rank stores is seen by
+    the others) and the file has no name left: a killed job leaves nothing in /dev/shm."""
+    import os
+    from hpccoll.transport.shm import shm_dir
+    c = sctx.world.dup()
+    try:
+        shm = c._state.shm
+        assert shm is not None and shm["area"].size == len(shm["local"]) >= 2
+        area = shm["area"]
+        area.flags[area.rank][7] = 1000 + c.rank       # a spare word of this rank's counters
+        mpi_world.Barrier()
+        for q, r in enumerate(shm["local"]):
+            assert area.flags[q][7] == 1000 + r
+        mpi_world.Barrier()
+        area.flags[area.rank][7] = 0
+        pids = set(mpi_world.allgather(os.getpid()))
+        left = [f for f in os.listdir(shm_dir())
+                if f.startswith("hpccoll-") and int(f.split("-")[1]) in pids]
+        assert left == []
+    finally:
+        c.free()
