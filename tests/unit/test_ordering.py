@@ -159,3 +159,23 @@ def test_wake_reaches_the_resting_holder():
     # a second issue before the token came does not wake again
     rings[2].issue(("w", 1), 0b111)
     assert rings[2].flush() == ([], [])
+
+
+def test_token_cost_model_places_every_collective_within_two_rounds():
+    """scripts/token_model.py (docs/ordering.md, "Cost at scale"): at n ranks a burst is
+    placed within two rounds of the token, 2n hops, and its byte formula stays close to
+    pickle, the encoding the policy sends."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).parents[2] / "scripts" / "token_model.py"
+    spec = importlib.util.spec_from_file_location("token_model", path)
+    model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(model)
+    for shape in ("world", "groups"):
+        for n, comms in ((2, 1), (8, 3), (24, 10)):
+            s = model.simulate(n, comms, shape, check=True)
+            assert s["collectives"] == comms and len(s["latency"]) == comms
+            assert 1 <= s["latency"][-1] <= 2 * n
+            assert s["token_passes"] <= 2 * n and s["messages"] >= s["token_passes"]
+            low, high = s["size_error"]
+            assert -0.05 <= low <= high <= 0.5, (shape, n, comms, low, high)
