@@ -74,6 +74,8 @@ class Setting:
     parse: Optional[Callable[[str], Any]] = None
     allow_none: bool = False
     convert: Optional[Callable[[Any], Any]] = None   # older spellings of a value
+    maximum: Optional[float] = None
+    rule: Optional[Callable[[Any], Optional[str]]] = None   # what else is wrong, or None
 
     @property
     def env(self) -> str:
@@ -103,6 +105,11 @@ class Setting:
                 raise ArgumentError(f"{where}: expected a number, got nan")
             if self.minimum is not None and value < self.minimum:
                 raise ArgumentError(f"{where}: expected a value >= {self.minimum}, got {value!r}")
+            if self.maximum is not None and value > self.maximum:
+                raise ArgumentError(f"{where}: expected a value <= {self.maximum}, got {value!r}")
+            wrong = self.rule(value) if self.rule is not None else None
+            if wrong:
+                raise ArgumentError(f"{where}: expected {wrong}, got {value!r}")
             return value
         if not isinstance(value, self.type):
             raise ArgumentError(f"{where}: expected {self.type.__name__}, got {value!r}")
@@ -110,6 +117,16 @@ class Setting:
             raise ArgumentError(f"{where}: expected one of {', '.join(map(repr, self.choices))}, got {value!r}")
         return value
 
+
+def _whole_warps(value: int) -> Optional[str]:
+    if value % 32 and os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0"):
+        return "a multiple of 32 (whole warps)"
+    return None
+
+
+# Reduction workers of one collective: CUDA blocks, or CPU threads for host arrays.  More
+# than this is a mistake (a kernel launch of millions of blocks, or as many threads).
+MAX_BLOCKS = 65536
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("policy", str, "preemptive",
@@ -155,13 +172,15 @@ SETTINGS: tuple[Setting, ...] = (
             "Reduction workers per collective when the call passes no blocks=: CUDA thread "
             "blocks for device arrays (None: a size-based rule, at most max_blocks), CPU threads "
             "of the Numba kernels for host arrays (None: NumPy ufuncs, one thread).",
-            minimum=1, allow_none=True, parse=_parse_optional_int),
+            minimum=1, allow_none=True, parse=_parse_optional_int, maximum=MAX_BLOCKS),
     Setting("threads_per_block", int, 256,
-            "CUDA threads per block of the reduction and copy kernels.", minimum=1),
+            "CUDA threads per block of the reduction and copy kernels: a multiple of 32 (a "
+            "warp; any size under Numba's CUDA simulator, whose threads are Python's), at most "
+            "1024 (CUDA's limit).", minimum=1, maximum=1024, rule=_whole_warps),
     Setting("max_blocks", int, None,
             "Cap of the size-based block rule for device arrays (None: 2 x the GPU's "
             "multiprocessors).", minimum=1, allow_none=True,
-            parse=_parse_optional_int),
+            parse=_parse_optional_int, maximum=MAX_BLOCKS),
     Setting("cuda_aware", str, "auto",
             "Hand device memory to MPI directly ('yes'), stage it through pinned host buffers "
             "('no'), or ask the MPI library (MPIX_Query_cuda_support) ('auto').",

@@ -37,10 +37,17 @@ def simulated() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
+def _has_cai(obj: Any) -> bool:
+    """Whether obj offers __cuda_array_interface__, without reading it: it may be a
+    property that raises (torch, for tensors that require grad)."""
+    return (hasattr(type(obj), "__cuda_array_interface__")
+            or "__cuda_array_interface__" in getattr(obj, "__dict__", ()))
+
+
 def is_device_array(obj: Any) -> bool:
     if isinstance(obj, np.ndarray):
         return False
-    if hasattr(obj, "__cuda_array_interface__"):
+    if _has_cai(obj):
         return True
     if type(obj).__name__ == "FakeCUDAArray":
         return True
@@ -59,14 +66,27 @@ def _interface(obj: Any, name: str) -> dict:
         return {"shape": a.shape, "typestr": a.dtype.str, "strides": None if a.flags.c_contiguous
                 else a.strides, "data": (a.__array_interface__["data"][0], not a.flags.writeable),
                 "version": 3, "stream": None}
-    if not hasattr(obj, "__cuda_array_interface__"):     # DLPack producer on a CUDA device
+    if not _has_cai(obj):     # DLPack producer on a CUDA device
         try:
             import cupy
         except ImportError:
             raise ArgumentTypeError(f"{name}: a DLPack CUDA array needs CuPy to be imported "
                                     "(pip install cupy-cuda12x)") from None
-        obj = cupy.from_dlpack(obj)
-    return obj.__cuda_array_interface__
+        try:
+            obj = cupy.from_dlpack(obj)
+        except Exception as exc:
+            raise ArgumentTypeError(f"{name}: CuPy could not take this DLPack array: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+    try:
+        cai = obj.__cuda_array_interface__      # a property: torch raises for some tensors
+        shape, typestr, data = tuple(cai["shape"]), cai["typestr"], cai["data"]
+        int(data[0] or 0), bool(data[1])
+    except Exception as exc:
+        raise ArgumentTypeError(
+            f"{name}: {type(obj).__name__}'s __cuda_array_interface__ is not usable "
+            f"({type(exc).__name__}: {exc}); pass a CuPy or Numba device array, or a "
+            f"contiguous tensor that exports one") from exc
+    return cai
 
 
 def _contiguous(shape, strides, itemsize) -> bool:
@@ -121,7 +141,12 @@ def as_device(obj: Any, name: str, *, writable: bool = False) -> DeviceArray:
     except TypeError:
         raise ArgumentTypeError(f"{name}: unknown typestr {cai['typestr']!r}") from None
     if dtype not in DEVICE_DTYPES:
-        raise ArgumentTypeError(f"{name}: dtype {dtype_name(dtype)} is not supported on the device; "
+        if dtype.kind == "V":       # no NumPy type: bfloat16 and other 2-byte floats say '<V2'
+            what = (f"raw {dtype.itemsize}-byte elements (typestr {cai['typestr']!r}: "
+                    f"bfloat16, as DLPack and some libraries export it, looks like this)")
+        else:
+            what = dtype_name(dtype)
+        raise ArgumentTypeError(f"{name}: dtype {what} is not supported on the device; "
                                 f"expected one of {', '.join(CONTRACT_DTYPES)}")
     shape = tuple(cai["shape"])
     if not _contiguous(shape, cai.get("strides"), dtype.itemsize):

@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ..config import MAX_BLOCKS
 from ..errors import ArgumentError, ArgumentTypeError
 from .mismatch import stable_hash
 from .ops import _VALID, DTYPE_CODE, DTYPES, check_op, dtype_name
@@ -169,8 +170,10 @@ def key_of(key: Any) -> Optional[str]:
 def blocks_of(blocks: Any, default: Optional[int]) -> Optional[int]:
     if blocks is None:
         return default
-    if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)) or blocks < 1:
-        raise ArgumentError(f"blocks: expected a positive integer or None, got {blocks!r}")
+    if (isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer))
+            or not 1 <= blocks <= MAX_BLOCKS):
+        raise ArgumentError(f"blocks: expected an integer from 1 to {MAX_BLOCKS} or None, got "
+                            f"{blocks!r}")
     return int(blocks)
 
 

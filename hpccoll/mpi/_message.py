@@ -71,7 +71,8 @@ def _is_buffer(obj) -> bool:
 
 
 def _is_device(obj) -> bool:
-    return hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")
+    # on the type: reading the property may raise (torch, for tensors that require grad)
+    return hasattr(type(obj), "__dlpack__") or hasattr(type(obj), "__cuda_array_interface__")
 
 
 def _on_device(buf) -> bool:

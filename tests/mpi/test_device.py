@@ -103,8 +103,35 @@ def test_device_input_errors(dctx):
         w.allreduce(HostCAI(np.ones(3, np.float32)), HostCAI(ro))
     with pytest.raises(hpccoll.ArgumentError, match="C-contiguous"):
         w.allreduce(HostCAI(np.ones((4, 4), np.float32)[:, 1]))
-    with pytest.raises(hpccoll.ArgumentError, match="blocks: expected a positive integer"):
-        w.allreduce(HostCAI(np.ones(3, np.float32)), blocks=0)
+    for blocks in (0, 10**6):
+        with pytest.raises(hpccoll.ArgumentError, match="blocks: expected an integer from 1 "
+                                                        "to 65536"):
+            w.allreduce(HostCAI(np.ones(3, np.float32)), blocks=blocks)
+
+    class Raising:         # torch's property raises for tensors that require grad
+        @property
+        def __cuda_array_interface__(self):
+            raise RuntimeError("Can't export tensors that require grad")
+
+    class Malformed:
+        __cuda_array_interface__ = {"shape": (3,), "version": 3}
+
+    class BFloat16:        # what a 2-byte float NumPy does not know looks like
+        def __init__(self):
+            self.raw = np.ones(3, np.float16)
+            self.__cuda_array_interface__ = {
+                "shape": (3,), "typestr": "<V2", "version": 3, "strides": None,
+                "data": (self.raw.__array_interface__["data"][0], False)}
+
+    with pytest.raises(hpccoll.ArgumentTypeError,
+                       match="sendbuf: Raising's __cuda_array_interface__ is not usable "
+                             r"\(RuntimeError: Can't export"):
+        w.allreduce(Raising())
+    with pytest.raises(hpccoll.ArgumentTypeError, match="Malformed's __cuda_array_interface__ "
+                                                        r"is not usable \(KeyError"):
+        w.allreduce(Malformed())
+    with pytest.raises(hpccoll.ArgumentTypeError, match="raw 2-byte elements .*bfloat16"):
+        w.allreduce(BFloat16())
     # nothing was queued: still in step
     assert host(w.allreduce(HostCAI(np.ones(2, np.float32))).wait()).tolist() == [w.size] * 2
 

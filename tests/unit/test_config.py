@@ -85,3 +85,21 @@ def test_a_misspelt_variable_is_named_with_the_closest_setting():
                          "HPCCOLL_TEST_POLICY": "fifo", "HPCCOLL_TIMEOUT": "5"})
     assert config.unknown_variables({"HPCCOLL_POLICYY": "x", "HPCCOLL_VENV": "v",
                                      "OTHER": "1"}) == [("HPCCOLL_POLICYY", "HPCCOLL_POLICY")]
+
+
+def test_launch_settings_are_bounded(monkeypatch):
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")      # a real device (tests run simulated)
+    with pytest.raises(ArgumentError, match="threads_per_block: expected a multiple of 32"):
+        config.resolve({"threads_per_block": 100}, environ={})
+    with pytest.raises(ArgumentError, match="HPCCOLL_THREADS_PER_BLOCK: expected a value <= 1024"):
+        config.resolve(environ={"HPCCOLL_THREADS_PER_BLOCK": "2048"})
+    assert config.resolve({"threads_per_block": 1024}, environ={}).threads_per_block == 1024
+    for name in ("blocks", "max_blocks"):
+        with pytest.raises(ArgumentError, match=f"{name}: expected a value <= 65536"):
+            config.resolve({name: 1 << 20}, environ={})
+
+
+def test_the_cuda_simulator_takes_partial_warps(monkeypatch):
+    """Its threads are Python threads: tests run it with 4 per block."""
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    assert config.resolve({"threads_per_block": 4}, environ={}).threads_per_block == 4
