@@ -6,10 +6,12 @@ Accepted: CuPy arrays, Numba device arrays, any object with ``__cuda_array_inter
 engine works on Numba device-array views of the user's memory (no copy); how their
 bytes reach MPI is hpccoll/transport/staging.py's part.
 
-Stream semantics: a collective first synchronizes the stream named in the array's
-``__cuda_array_interface__`` (work already queued on the array's stream is finished
-before hpccoll reads it); hpccoll's kernels and copies run on one stream per engine,
-which is synchronized before ``wait()`` returns, so the result is ready then.
+Stream semantics: submitting a collective never blocks the host.  hpccoll's kernels and
+copies run on its own stream (one per process), which waits, on the device, for an event
+recorded on the stream named in the array's ``__cuda_array_interface__`` (``order_after``:
+work already queued there is finished before hpccoll reads the array; 1 and 2 name the
+legacy and the per-thread default stream); ``wait()`` returns once hpccoll's stream has
+finished, so the result is ready then.
 """
 from __future__ import annotations
 
@@ -117,7 +119,10 @@ def _view(obj: Any, cai: dict, dtype: np.dtype, n: int):
     if not hasattr(obj, "__cuda_array_interface__"):
         import cupy
         obj = cupy.from_dlpack(obj)
-    arr = cuda.as_cuda_array(obj)
+    try:    # no host synchronize of the array's stream: order_after orders on the device
+        arr = cuda.as_cuda_array(obj, sync=False)
+    except TypeError:          # a Numba without the argument
+        arr = cuda.as_cuda_array(obj)
     return arr.reshape(n) if arr.ndim != 1 else arr
 
 
@@ -172,12 +177,19 @@ def new_device_array(like: DeviceArray, n: int) -> DeviceArray:
     return as_device(out, "recvbuf", writable=True)
 
 
-def wait_for_stream(handle) -> None:
-    """Finish work queued on an array's own stream before reading it (CAI v3)."""
-    if handle in (None, 0) or simulated():
+def order_after(handle, engine_stream) -> None:
+    """Make ``engine_stream`` wait, on the device, for the work queued so far on an
+    array's own stream (CAI v3 ``stream``): an event recorded there and waited on by
+    hpccoll's stream.  The host never blocks.  None: the producer asks for no ordering."""
+    if handle in (None, 0) or simulated():     # the simulator runs every launch at once
         return
     cuda = _cuda()
-    if handle in (1, 2):             # legacy / per-thread default stream
-        cuda.default_stream().synchronize()
+    if handle == 1:
+        source = cuda.legacy_default_stream()
+    elif handle == 2:
+        source = cuda.per_thread_default_stream()
     else:
-        cuda.external_stream(handle).synchronize()
+        source = cuda.external_stream(handle)
+    event = cuda.event(timing=False)
+    event.record(stream=source)
+    event.wait(stream=engine_stream)

@@ -173,23 +173,28 @@ def _shm_runtime(state, base, reg):
 
 
 def _device_lane(plan, state, call, tag, mpi_comm):
-    """Device arrays: CUDA kernels with the plan's blocks, on hpccoll's stream, after the
-    arrays' own streams finished their queued work."""
+    """Device arrays: CUDA kernels with the plan's blocks, on hpccoll's stream, ordered
+    (on the device) after the work queued on the arrays' own streams; scratch from the
+    device pool."""
     from ..engine.lane import DeviceLane
     from ..engine.reduction import CudaOps
     from ..transport import staging
     from . import device
     s = state.ctx.settings
     sdev, rdev = call.device
-    device.wait_for_stream(sdev.stream)
-    if rdev.obj is not sdev.obj:
-        device.wait_for_stream(rdev.stream)
+    stream = staging.engine_stream()
+    device.order_after(sdev.stream, stream)
+    if rdev.obj is not sdev.obj and rdev.stream != sdev.stream:
+        device.order_after(rdev.stream, stream)
     direct = {"yes": True, "no": False}.get(s.cuda_aware)
     if direct is None:
         direct = staging.mpi_cuda_aware()
-    scratch = staging.empty(plan.program.scratch, plan.dtype)
-    return DeviceLane(plan.program, [call.send, call.recv, scratch], plan.op, mpi_comm, tag,
+    scratch, raw = staging.scratch(plan.program.scratch, plan.dtype)
+    lane = DeviceLane(plan.program, [call.send, call.recv, scratch], plan.op, mpi_comm, tag,
                       CudaOps(plan.blocks, s.threads_per_block), direct)
+    if raw is not None:       # back to the pool when the collective is released
+        lane.pool, lane._pooled = staging.SCRATCH, raw
+    return lane
 
 
 def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[RegisteredCall]) -> Plan:

@@ -7,7 +7,9 @@
   when MPI is not CUDA-aware (device -> host before a send, host -> device after a receive);
 - ``engine_stream()``: hpccoll's stream (one per process), on which every kernel and copy
   of a device collective runs, so they stay ordered whichever thread drives the engine;
-- ``empty``: device scratch memory.
+- ``SCRATCH``/``scratch``: device scratch memory by size class, reused by later
+  collectives (all on hpccoll's stream, so in stream order) instead of a cudaMalloc and
+  a deferred free (which synchronizes the whole device) per collective.
 
 Under ``NUMBA_ENABLE_CUDASIM=1`` (tests without a GPU) "device" memory is host memory:
 views are the simulator's arrays over it, and the direct path hands MPI host pointers.
@@ -71,5 +73,18 @@ def engine_stream():
 
 
 def empty(n: int, dtype) -> Any:
-    """Device scratch memory."""
+    """Device memory of its own (not pooled)."""
     return _cuda().device_array(max(0, n), dtype=dtype)
+
+
+SCRATCH = BufferPool(lambda nbytes: _cuda().device_array(nbytes, dtype=np.uint8))
+
+
+def scratch(n: int, dtype) -> tuple:
+    """(n elements of device scratch typed ``dtype``, the pooled buffer under it to give
+    back to SCRATCH, or None when n is 0)."""
+    if n <= 0:
+        return empty(0, dtype), None
+    nbytes = n * np.dtype(dtype).itemsize
+    raw = SCRATCH.get(nbytes)
+    return raw[:nbytes].view(dtype), raw

@@ -148,3 +148,47 @@ def test_host_arrays_with_cpu_threads(mpi_world):
         from numba_kernels import cpu
         with pytest.raises(hpccoll.ArgumentError, match="CPU threads"):
             ctx.world.allreduce(x, blocks=cpu.max_threads() + 1)
+
+
+def test_submitting_never_synchronizes_the_host(dctx, mpi_world, monkeypatch):
+    """No stream, event or device synchronize on the calling thread while a device
+    collective is submitted (issue 16: it orders by events on the device instead): every
+    synchronize Numba offers is wrapped and counted, per thread.  (The first collective of
+    an op and dtype compiles its kernels, with a warm-up launch that synchronizes, once:
+    done before counting.)  The scratch it takes comes from the device pool and goes back
+    when the collective is done."""
+    import threading
+    from numba import cuda
+    from numba.cuda.simulator import api
+    from hpccoll.transport import staging
+    calls = []
+    me = threading.get_ident()
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            if threading.get_ident() == me:
+                calls.append(name)
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(api.stream, "synchronize", counted("stream", api.stream.synchronize))
+    monkeypatch.setattr(api.Event, "synchronize", counted("event", api.Event.synchronize))
+    monkeypatch.setattr(cuda, "synchronize", counted("device", cuda.synchronize))
+    w = dctx.world
+    x = ints(3001, w.rank, np.float32)
+    want = np.empty_like(x)
+    mpi_world.Allreduce(x, want)
+    w.allreduce(HostCAI(x), HostCAI(np.zeros_like(x))).wait()     # compiles, once
+    calls.clear()
+    for _ in range(3):
+        out = np.zeros_like(x)
+        mpi_world.Barrier()
+        work = w.allreduce(HostCAI(x), HostCAI(out))
+        assert calls == [], f"submit synchronized: {calls}"
+        calls_before_wait = len(calls)
+        work.wait()
+        np.testing.assert_array_equal(out, want)
+        del calls[calls_before_wait:]      # wait() may synchronize: that is its job
+    assert staging.SCRATCH.allocated > 0
+    free = sum(len(v) for v in staging.SCRATCH._free.values())
+    assert free >= 1, "the device scratch did not go back to its pool"
