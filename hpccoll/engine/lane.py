@@ -309,12 +309,17 @@ class ProgramLane(Lane):
         """Has what the lane waits on completed?"""
         w = self.waiting
         if w.__class__ is int:
-            return transport.test_all(self.inflight[w][0])
+            return self._test(self.inflight[w][0])
         return self.shm.area.reached(w.flag, self.shm.base + w.epoch, w.peers)
 
     def _post(self, p):
         reqs = transport.post(self.mpi, self.tag, p.sends, p.recvs, self._view)
         return reqs, self._describe(p), None
+
+    # what a Post returned, tested, inspected and cancelled (device lanes hold back sends)
+    _test = staticmethod(transport.test_all)
+    _pending = staticmethod(transport.pending)
+    _cancel = staticmethod(transport.cancel)
 
     def _describe(self, p):
         return [("recv", peer, reg.n * self.itemsize) for peer, reg in p.recvs] + \
@@ -335,7 +340,7 @@ class ProgramLane(Lane):
             kind = type(p)
             if kind is Wait:
                 reqs, descr, finish = self.inflight[p.h]
-                if not transport.test_all(reqs):
+                if not self._test(reqs):
                     self.waiting = p.h
                     return self.pc != start
                 del self.inflight[p.h]
@@ -374,7 +379,7 @@ class ProgramLane(Lane):
             return {self.shm.local[q] for q in late}, send_to
         if w is not None and w in self.inflight:
             reqs, descr, _ = self.inflight[w]
-            for still, (kind, peer, _) in zip(transport.pending(reqs), descr):
+            for still, (kind, peer, _) in zip(self._pending(reqs), descr):
                 if still:
                     (recv_from if kind == "recv" else send_to).add(peer)
         return recv_from, send_to
@@ -385,46 +390,114 @@ class ProgramLane(Lane):
 
     def cancel(self) -> None:
         for reqs, descr, _ in self.inflight.values():
-            transport.cancel(reqs, sum(1 for d in descr if d[0] == "recv"))
+            self._cancel(reqs, sum(1 for d in descr if d[0] == "recv"))
+
+
+class Staged:
+    """One Post of a device lane: transfers held back until an event recorded on
+    hpccoll's stream has completed -- the device-to-host copies of the bytes to send
+    (staged), or every kernel before the Post (direct: MPI touches device memory outside
+    any stream) -- then posted.  Tested like a list of requests, so the engine polls the
+    event where it polls MPI, and never blocks in a stream synchronize."""
+    __slots__ = ("lane", "reqs", "n_recvs", "held", "event")
+
+    def __init__(self, lane, reqs: list, held_recvs: list, held_sends: list, event):
+        self.lane, self.reqs, self.event = lane, reqs, event
+        self.n_recvs = len(reqs) + len(held_recvs)
+        self.held = (held_recvs, held_sends) if held_recvs or held_sends else None
+
+    def test(self) -> bool:
+        if self.held is not None:
+            if not _done(self.event):
+                return False
+            recvs, sends = self.held
+            self.held = None
+            lane = self.lane
+            self.reqs = ([lane.mpi.Irecv(buf, peer, lane.tag) for peer, buf in recvs] + self.reqs
+                         + [lane.mpi.Isend(buf, peer, lane.tag) for peer, buf in sends])
+        return transport.test_all(self.reqs)
+
+    def pending(self) -> list:
+        if self.held is None:
+            return transport.pending(self.reqs)
+        recvs, sends = self.held   # not posted yet: pending (in _describe's order)
+        got = transport.pending(self.reqs)
+        return [True] * len(recvs) + got[:self.n_recvs - len(recvs)] + \
+            got[self.n_recvs - len(recvs):] + [True] * len(sends)
+
+    def cancel(self, n_recvs: int) -> None:
+        self.held = None
+        transport.cancel(self.reqs, self.n_recvs if self.n_recvs <= len(self.reqs) else 0)
+
+
+def _done(event) -> bool:
+    from ..transport.staging import done
+    return event is None or done(event)
 
 
 class DeviceLane(ProgramLane):
-    """A program over device arrays (see the module docstring for the transport)."""
-    __slots__ = ("direct",)
+    """A program over device arrays (see the module docstring for the transport).  Its
+    kernels and copies are queued on hpccoll's stream in program order, which orders them
+    on the device; the engine thread only polls events (``Staged``), and synchronizes the
+    stream once, at the end, so that the result is ready when ``wait()`` returns."""
+    __slots__ = ("direct", "returns")
 
     def __init__(self, program, bufs, op, mpi_comm, tag, ops, direct: bool):
         super().__init__(program, bufs, op, mpi_comm, tag, ops)
         self.direct = direct
         self.holds = GPU
+        self.returns = []       # (event, pinned buffers) back to the pool once it completed
+
+    _test = staticmethod(lambda staged: staged.test())
+    _pending = staticmethod(lambda staged: staged.pending())
+    _cancel = staticmethod(lambda staged, n_recvs: staged.cancel(n_recvs))
 
     def _post(self, p):
         from ..transport import staging
-        self.ops.sync()     # kernels that wrote what we send have finished
+        stream = self.ops.stream
+        self._give_back(False)
+        descr = self._describe(p)
         if self.direct:
-            reqs = transport.post(self.mpi, self.tag, p.sends, p.recvs,
-                                  lambda reg: staging.mpi_view(self._arr(reg)))
-            return reqs, self._describe(p), None
+            view = lambda reg: staging.mpi_view(self._arr(reg))   # noqa: E731
+            return Staged(self, [], [(peer, view(reg)) for peer, reg in p.recvs],
+                          [(peer, view(reg)) for peer, reg in p.sends],
+                          staging.record(stream)), descr, None
         isz = self.itemsize
-        staged_sends, staged_recvs = [], []
+        sends, recvs, used = [], [], []
         for peer, reg in p.sends:
             host = staging.STAGING.get(reg.n * isz)
-            typed = host[:reg.n * isz].view(self._arr(reg).dtype)
-            self._arr(reg).copy_to_host(typed, stream=self.ops.stream)
-            staged_sends.append((peer, host, reg))
-        self.ops.sync()
+            used.append(host)
+            self._arr(reg).copy_to_host(host[:reg.n * isz].view(self._arr(reg).dtype),
+                                        stream=stream)
+            sends.append((peer, host[:reg.n * isz]))
         for peer, reg in p.recvs:
-            staged_recvs.append((peer, staging.STAGING.get(reg.n * isz), reg))
-        reqs = [self.mpi.Irecv(h[:r.n * isz], peer, self.tag) for peer, h, r in staged_recvs]
-        reqs += [self.mpi.Isend(h[:r.n * isz], peer, self.tag) for peer, h, r in staged_sends]
+            host = staging.STAGING.get(reg.n * isz)
+            used.append(host)
+            recvs.append((peer, host, reg))
+        # receives land in fresh host buffers: posted now; sends once their copies are done
+        reqs = [self.mpi.Irecv(h[:r.n * isz], peer, self.tag) for peer, h, r in recvs]
+        staged = Staged(self, reqs, [], sends, staging.record(stream) if sends else None)
 
         def finish():
-            for _, host, reg in staged_recvs:
+            for _, host, reg in recvs:
                 dev = self._arr(reg)
-                dev.copy_to_device(host[:reg.n * isz].view(dev.dtype), stream=self.ops.stream)
-            self.ops.sync()     # the host buffers are reused next
-            for _, host, _ in staged_recvs + staged_sends:
-                staging.STAGING.put(host)
-        return reqs, self._describe(p), finish
+                dev.copy_to_device(host[:reg.n * isz].view(dev.dtype), stream=stream)
+            # kernels after this read the copies in stream order; the host buffers go
+            # back to the pool once the copies that read them are done
+            self.returns.append((staging.record(stream), used))
+        return staged, descr, finish
+
+    def _give_back(self, everything: bool) -> None:
+        from ..transport import staging
+        keep = []
+        for event, bufs in self.returns:
+            if everything or staging.done(event):
+                for buf in bufs:
+                    staging.STAGING.put(buf)
+            else:
+                keep.append((event, bufs))
+        self.returns = keep
 
     def _end(self) -> None:
         self.ops.sync()
+        self._give_back(True)

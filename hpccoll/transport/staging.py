@@ -72,6 +72,24 @@ def engine_stream():
     return _STREAM[0]
 
 
+def record(stream) -> Any:
+    """An event recorded now on ``stream``: done once everything queued before it is."""
+    cuda = _cuda()
+    try:
+        event = cuda.event(timing=False)
+    except TypeError:          # the simulator's takes no argument
+        event = cuda.event()
+    event.record(stream=stream)
+    return event
+
+
+def done(event) -> bool:
+    """Has the event completed?  Polled, never waited for (the simulator's have no query:
+    everything it queues has run by the time it returns)."""
+    query = getattr(event, "query", None)
+    return True if query is None else bool(query())
+
+
 def empty(n: int, dtype) -> Any:
     """Device memory of its own (not pooled)."""
     return _cuda().device_array(max(0, n), dtype=dtype)

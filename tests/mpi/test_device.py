@@ -192,3 +192,37 @@ def test_submitting_never_synchronizes_the_host(dctx, mpi_world, monkeypatch):
     assert staging.SCRATCH.allocated > 0
     free = sum(len(v) for v in staging.SCRATCH._free.values())
     assert free >= 1, "the device scratch did not go back to its pool"
+
+
+@pytest.mark.mpi(min_size=2)
+def test_staging_polls_its_events_instead_of_waiting(dctx, mpi_world, monkeypatch):
+    """Events that complete only after a few polls (the simulator's complete at once): the
+    transfers wait for them without blocking the engine, results stay right, the pinned
+    buffers come back to their pool, and the device stream is synchronized once per
+    collective, at its end, by the engine alone."""
+    from hpccoll.transport import staging
+    polls = []
+
+    class SlowEvent:
+        def __init__(self):
+            self.left = 3
+
+        def query(self):
+            polls.append(1)
+            self.left -= 1
+            return self.left < 0
+
+    monkeypatch.setattr(staging, "record", lambda stream: SlowEvent())
+    w = dctx.world
+    for count in (5, 3001):
+        x = ints(count, w.rank, np.float32)
+        want = np.empty_like(x)
+        mpi_world.Allreduce(x, want)
+        out = np.zeros_like(x)
+        w.allreduce(HostCAI(x), HostCAI(out)).wait()
+        np.testing.assert_array_equal(out, want)
+    assert len(polls) >= 4, polls
+    before = staging.STAGING.allocated
+    w.allreduce(HostCAI(ints(3001, w.rank, np.float32)),
+                HostCAI(np.zeros(3001, np.float32))).wait()
+    assert staging.STAGING.allocated == before, "pinned buffers were not given back"
