@@ -128,11 +128,13 @@ def _view(obj: Any, cai: dict, dtype: np.dtype, n: int):
 
 class DeviceArray(NamedTuple):
     """A validated device array: the user's object, a flat Numba view of its memory, its
-    device pointer and the stream its producer named (CAI v3), if any."""
+    device pointer, the stream its producer named (CAI v3), if any, and its GPU (None:
+    the current one)."""
     obj: Any
     view: Any
     ptr: int
     stream: Any
+    device: Any = None
 
     @property
     def nbytes(self) -> int:
@@ -161,7 +163,24 @@ def as_device(obj: Any, name: str, *, writable: bool = False) -> DeviceArray:
         raise ArgumentError(f"{name}: expected a writable device array, got a read-only one")
     n = int(np.prod(shape)) if shape else 1
     stream = cai.get("stream") if cai.get("version", 0) >= 3 else None
-    return DeviceArray(obj, _view(obj, cai, dtype, n), int(ptr or 0), stream)
+    return DeviceArray(obj, _view(obj, cai, dtype, n), int(ptr or 0), stream,
+                       _device_of(obj, int(ptr or 0)))
+
+
+def _device_of(obj: Any, ptr: int):
+    """The GPU the memory is on: CuPy says it; for any other pointer, CUDA's pointer
+    attributes (through CuPy, when it is there); None (the current device) otherwise."""
+    dev = getattr(obj, "device", None)
+    ident = getattr(dev, "id", None)
+    if isinstance(ident, int):
+        return ident
+    if not ptr or simulated():
+        return None
+    try:
+        import cupy
+        return int(cupy.cuda.runtime.pointerGetAttributes(ptr).device)
+    except Exception:
+        return None
 
 
 def new_device_array(like: DeviceArray, n: int) -> DeviceArray:

@@ -182,18 +182,20 @@ def _device_lane(plan, state, call, tag, mpi_comm):
     from . import device
     s = state.ctx.settings
     sdev, rdev = call.device
-    stream = staging.engine_stream()
-    device.order_after(sdev.stream, stream)
-    if rdev.obj is not sdev.obj and rdev.stream != sdev.stream:
-        device.order_after(rdev.stream, stream)
+    gpu = sdev.device if sdev.device is not None else rdev.device   # validate: the same
+    stream = staging.engine_stream(gpu)
+    with staging.on_device(gpu):
+        device.order_after(sdev.stream, stream)
+        if rdev.obj is not sdev.obj and rdev.stream != sdev.stream:
+            device.order_after(rdev.stream, stream)
     direct = {"yes": True, "no": False}.get(s.cuda_aware)
     if direct is None:
         direct = staging.mpi_cuda_aware()
-    scratch, raw = staging.scratch(plan.program.scratch, plan.dtype)
+    scratch, raw = staging.scratch(plan.program.scratch, plan.dtype, gpu)
     lane = DeviceLane(plan.program, [call.send, call.recv, scratch], plan.op, mpi_comm, tag,
-                      CudaOps(plan.blocks, s.threads_per_block), direct)
+                      CudaOps(plan.blocks, s.threads_per_block, gpu), direct)
     if raw is not None:       # back to the pool when the collective is released
-        lane.pool, lane._pooled = staging.SCRATCH, raw
+        lane.pool, lane._pooled = staging.scratch_pool(gpu), raw
     return lane
 
 

@@ -121,6 +121,10 @@ def _recvbuf(recvbuf, expected: int, dt, what: str, sdev):
                                                                              "a device array")
         raise ArgumentTypeError(f"recvbuf: sendbuf is {where[0]} but recvbuf is {where[1]}; "
                                 "both must be on the same device")
+    if (sdev is not None and rdev.device is not None and sdev.device is not None
+            and rdev.device != sdev.device):
+        raise ArgumentError(f"recvbuf: on GPU {rdev.device}, but sendbuf is on GPU "
+                            f"{sdev.device}; expected both on one device")
     if r.dtype != dt:
         raise ArgumentTypeError(
             f"recvbuf: dtype {dtype_name(r.dtype)} differs from sendbuf's {dtype_name(dt)}")

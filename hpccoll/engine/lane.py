@@ -448,6 +448,16 @@ class DeviceLane(ProgramLane):
         self.holds = GPU
         self.returns = []       # (event, pinned buffers) back to the pool once it completed
 
+    def run(self) -> bool:
+        """The program, with the arrays' GPU current on whichever thread runs it (the
+        engine's works on device 0 otherwise)."""
+        device = self.ops.device
+        if device is None:
+            return ProgramLane.run(self)
+        from ..transport.staging import on_device
+        with on_device(device):
+            return ProgramLane.run(self)
+
     _test = staticmethod(lambda staged: staged.test())
     _pending = staticmethod(lambda staged: staged.pending())
     _cancel = staticmethod(lambda staged, n_recvs: staged.cancel(n_recvs))

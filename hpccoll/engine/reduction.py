@@ -5,7 +5,8 @@ reference of hpccoll/core/ops.py (``tests/unit/test_ops.py`` checks it).
 - ``HostOps``: NumPy, one thread (host arrays by default);
 - ``CpuKernelOps(blocks)``: numba_kernels' CPU kernels on ``blocks`` threads (host arrays
   with a block count: the contention-aware allocation decides how many threads);
-- ``CudaOps(blocks, threads_per_block)``: numba_kernels' CUDA kernels on hpccoll's stream.
+- ``CudaOps(blocks, threads_per_block, device)``: numba_kernels' CUDA kernels on hpccoll's
+  stream of that GPU.
 """
 from __future__ import annotations
 
@@ -57,11 +58,12 @@ class CpuKernelOps:
 class CudaOps:
     name = "numba-cuda"
 
-    def __init__(self, blocks: int, threads_per_block: int):
+    def __init__(self, blocks: int, threads_per_block: int, device=None):
         from numba_kernels import cuda as k
         from ..transport import staging
         self.k, self.blocks, self.tpb = k, blocks, threads_per_block
-        self.stream = staging.engine_stream()
+        self.device = device          # the GPU of the collective's arrays (None: current)
+        self.stream = staging.engine_stream(device)
 
     def reduce(self, op, dst, a, b):
         self.k.reduce(op, dst, (a, b), self.blocks, self.tpb, self.stream)

@@ -5,9 +5,10 @@
 - ``mpi_view``: what to hand such an MPI for a device region;
 - ``STAGING``: pinned host buffers, reused by size class, that device data passes through
   when MPI is not CUDA-aware (device -> host before a send, host -> device after a receive);
-- ``engine_stream()``: hpccoll's stream (one per process), on which every kernel and copy
-  of a device collective runs, so they stay ordered whichever thread drives the engine;
-- ``SCRATCH``/``scratch``: device scratch memory by size class, reused by later
+- ``engine_stream(device)``: hpccoll's stream on a GPU (one per process and device), on
+  which every kernel and copy of a device collective on that GPU runs, so they stay
+  ordered whichever thread drives the engine; ``on_device`` makes a GPU current;
+- ``scratch_pool``/``scratch``: device scratch memory by size class and GPU, reused by later
   collectives (all on hpccoll's stream, so in stream order) instead of a cudaMalloc and
   a deferred free (which synchronizes the whole device) per collective.
 
@@ -16,6 +17,7 @@ views are the simulator's arrays over it, and the direct path hands MPI host poi
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from typing import Any
@@ -59,17 +61,28 @@ def _pinned(nbytes: int):
 
 
 STAGING = BufferPool(_pinned)
-_STREAM: list = []
+_STREAMS: dict = {}
 _STREAM_LOCK = threading.Lock()
 
 
-def engine_stream():
-    """hpccoll's stream: one per process, used by whichever thread drives the engine."""
-    if not _STREAM:
+def on_device(device):
+    """A context manager making GPU ``device`` current (None: leave the current one)."""
+    if device is None:
+        return contextlib.nullcontext()
+    return _cuda().gpus[device]
+
+
+def engine_stream(device=None):
+    """hpccoll's stream on ``device`` (None: the current one): one per process and GPU,
+    used by whichever thread drives the engine."""
+    stream = _STREAMS.get(device)
+    if stream is None:
         with _STREAM_LOCK:
-            if not _STREAM:
-                _STREAM.append(_cuda().stream())
-    return _STREAM[0]
+            stream = _STREAMS.get(device)
+            if stream is None:
+                with on_device(device):
+                    stream = _STREAMS[device] = _cuda().stream()
+    return stream
 
 
 def record(stream) -> Any:
@@ -95,14 +108,26 @@ def empty(n: int, dtype) -> Any:
     return _cuda().device_array(max(0, n), dtype=dtype)
 
 
-SCRATCH = BufferPool(lambda nbytes: _cuda().device_array(nbytes, dtype=np.uint8))
+_SCRATCH: dict = {}
 
 
-def scratch(n: int, dtype) -> tuple:
-    """(n elements of device scratch typed ``dtype``, the pooled buffer under it to give
-    back to SCRATCH, or None when n is 0)."""
+def scratch_pool(device=None) -> BufferPool:
+    """Device scratch by size class, one pool per GPU."""
+    pool = _SCRATCH.get(device)
+    if pool is None:
+        def allocate(nbytes):
+            with on_device(device):
+                return _cuda().device_array(nbytes, dtype=np.uint8)
+        pool = _SCRATCH.setdefault(device, BufferPool(allocate))
+    return pool
+
+
+def scratch(n: int, dtype, device=None) -> tuple:
+    """(n elements of device scratch typed ``dtype`` on ``device``, the pooled buffer
+    under it to give back to scratch_pool(device), or None when n is 0)."""
     if n <= 0:
-        return empty(0, dtype), None
+        with on_device(device):
+            return empty(0, dtype), None
     nbytes = n * np.dtype(dtype).itemsize
-    raw = SCRATCH.get(nbytes)
+    raw = scratch_pool(device).get(nbytes)
     return raw[:nbytes].view(dtype), raw

@@ -189,8 +189,9 @@ def test_submitting_never_synchronizes_the_host(dctx, mpi_world, monkeypatch):
         work.wait()
         np.testing.assert_array_equal(out, want)
         del calls[calls_before_wait:]      # wait() may synchronize: that is its job
-    assert staging.SCRATCH.allocated > 0
-    free = sum(len(v) for v in staging.SCRATCH._free.values())
+    pool = staging.scratch_pool(None)
+    assert pool.allocated > 0
+    free = sum(len(v) for v in pool._free.values())
     assert free >= 1, "the device scratch did not go back to its pool"
 
 
@@ -226,3 +227,30 @@ def test_staging_polls_its_events_instead_of_waiting(dctx, mpi_world, monkeypatc
     w.allreduce(HostCAI(ints(3001, w.rank, np.float32)),
                 HostCAI(np.zeros(3001, np.float32))).wait()
     assert staging.STAGING.allocated == before, "pinned buffers were not given back"
+
+
+def test_the_arrays_gpu_is_current_where_the_collective_runs(dctx, mpi_world):
+    """Arrays that say which GPU they are on (CuPy's .device.id): the collective's kernels
+    and copies run on that GPU's stream with it current; arrays on two GPUs are refused
+    before anything is queued."""
+    from types import SimpleNamespace
+    from hpccoll.transport import staging
+
+    class OnGpu(HostCAI):
+        def __init__(self, arr, gpu):
+            super().__init__(arr)
+            self.device = SimpleNamespace(id=gpu)
+
+    w = dctx.world
+    x = ints(3001, w.rank, np.float32)
+    want = np.empty_like(x)
+    mpi_world.Allreduce(x, want)
+    out = np.zeros_like(x)
+    w.allreduce(OnGpu(x, 0), OnGpu(out, 0)).wait()
+    np.testing.assert_array_equal(out, want)
+    assert 0 in staging._STREAMS
+    assert w.size == 1 or 0 in staging._SCRATCH     # one rank: no scratch needed
+    with pytest.raises(hpccoll.ArgumentError, match="recvbuf: on GPU 1, but sendbuf is on GPU 0"):
+        w.allreduce(OnGpu(x, 0), OnGpu(np.zeros_like(x), 1))
+    # nothing was queued: still in step
+    assert host(w.allreduce(HostCAI(np.ones(2, np.float32))).wait()).tolist() == [w.size] * 2
