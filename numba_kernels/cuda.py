@@ -43,7 +43,7 @@ def _build_reduce2(op: str, dtype: np.dtype):
             dst[i] = narrow(combine(widen(a[i]), widen(b[i])))
             i += stride
 
-    x = cuda.device_array(2, dtype)
+    x = cuda.to_device(np.zeros(2, dtype))  # zeros: no garbage to add
     kernel[1, 2](x, x, x)     # compile now (warm-up), not inside a collective
     cuda.synchronize()
     return kernel
@@ -85,8 +85,8 @@ def _build_fold(op: str, dtype: np.dtype, avg: bool):
             dst[i] = narrow(acc[i])
             i += stride
 
-    x = cuda.device_array(2, dtype)
-    a = cuda.device_array(2, ops.accumulator(dtype))
+    x = cuda.to_device(np.zeros(2, dtype))
+    a = cuda.to_device(np.zeros(2, ops.accumulator(dtype)))
     one = ops.accumulator(dtype).type(1)
     start[1, 2](a, x, one)
     fold[1, 2](a, x, one)
@@ -105,7 +105,7 @@ def _build_copy(dtype: np.dtype):
             dst[i] = src[i]
             i += stride
 
-    x = cuda.device_array(2, dtype)
+    x = cuda.to_device(np.zeros(2, dtype))
     kernel[1, 2](x, x)
     cuda.synchronize()
     return kernel
