@@ -10,8 +10,10 @@ printed: ResourcesExhausted when MPI runs out of communicator contexts).
 
 cycles: ``dup()``, one allreduce (8 B, or --bytes, checked), ``free()``, --cycles times.
 At a tenth, half and the end it reads this rank's free MPI communicator contexts (how many
-duplicates of COMM_SELF MPI will still make), RSS and the space used in /dev/shm: over the
-second half none of them may move by more than --max-growth (contexts: not at all).
+duplicates of COMM_SELF MPI will still make), RSS, and the node-shared memory this process
+maps from /dev/shm (its mappings and their resident bytes, from /proc/self/smaps: other
+jobs' segments do not count): over the second half none of them may move by more than
+--max-growth (contexts and mappings: not at all).
 
 Exit status 1 if a result was wrong or something grew.
 """
@@ -36,7 +38,24 @@ def rss() -> int:
 
 
 def shm_used() -> int:
+    """Space used in /dev/shm, by every process of the machine."""
     return shutil.disk_usage("/dev/shm").used
+
+
+def shm_mapped() -> tuple:
+    """(mappings of /dev/shm files, their resident bytes) in this process, unlinked files
+    included: what this rank holds, whatever other jobs do."""
+    count = resident = 0
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(None, 5)
+            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:    # a mapping's header
+                inside = len(head) == 6 and head[5].startswith("/dev/shm/")
+                count += inside
+            elif inside and line.startswith("Rss:"):
+                resident += int(line.split()[1]) * 1024
+    return count, resident
 
 
 def free_contexts(MPI, most: int = 4096) -> int:
@@ -70,9 +89,11 @@ def live(ctx, args) -> int:
         wrong += not one(ctx, comms[-1], args.bytes)
     dt = time.perf_counter() - t0
     if ctx.rank == 0:
+        maps, resident = shm_mapped()
         print(f"{ctx.size} ranks: {len(comms)} live communicators, each used by one "
               f"{human_bytes(args.bytes)} allreduce ({wrong} wrong), {dt:.1f} s; RSS "
-              f"{human_bytes(rss())}, /dev/shm {human_bytes(shm_used())}", flush=True)
+              f"{human_bytes(rss())}, /dev/shm mapped {maps} files, {human_bytes(resident)} "
+              f"resident (node-wide: {human_bytes(shm_used())} used)", flush=True)
         if error is not None:
             print(f"  the next dup(): {type(error).__name__}: {error}", flush=True)
     for c in comms:
@@ -89,15 +110,17 @@ def cycles(ctx, args) -> int:
         wrong += not one(ctx, comm, args.bytes)
         comm.free()
         if i in at:
-            marks[at[i]] = (free_contexts(MPI), rss(), shm_used())
+            marks[at[i]] = (free_contexts(MPI), rss(), *shm_mapped())
     dt = time.perf_counter() - t0
-    (c1, r1, s1), (c2, r2, s2), (c3, r3, s3) = marks["tenth"], marks["half"], marks["end"]
-    flat = c3 == c2 and r3 - r2 <= args.max_growth and s3 - s2 <= args.max_growth
+    (c1, r1, m1, s1), (c2, r2, m2, s2), (c3, r3, m3, s3) = (marks["tenth"], marks["half"],
+                                                            marks["end"])
+    flat = (c3 == c2 and m3 == m2 and r3 - r2 <= args.max_growth
+            and s3 - s2 <= args.max_growth)
     line = (f"rank {ctx.rank}: {args.cycles} dup/allreduce/free cycles in {dt:.1f} s "
             f"({wrong} wrong); free MPI contexts {c1} / {c2} / {c3}, RSS {human_bytes(r1)} / "
-            f"{human_bytes(r2)} / {human_bytes(r3)}, /dev/shm {human_bytes(s1)} / "
-            f"{human_bytes(s2)} / {human_bytes(s3)} (a tenth / half / end): "
-            f"{'flat' if flat else 'GREW'}")
+            f"{human_bytes(r2)} / {human_bytes(r3)}, /dev/shm mapped {m1} / {m2} / {m3} "
+            f"files, {human_bytes(s1)} / {human_bytes(s2)} / {human_bytes(s3)} resident "
+            f"(a tenth / half / end): {'flat' if flat else 'GREW'}")
     lines = ctx.world._state.mpi.gather(line, root=0)
     if ctx.rank == 0:
         print("\n".join(lines), flush=True)
