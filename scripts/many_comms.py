@@ -20,7 +20,6 @@ Exit status 1 if a result was wrong or something grew.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -30,32 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hpccoll  # noqa: E402
 from hpccoll.timing import human_bytes, parse_bytes  # noqa: E402
-
-
-def rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
-
-
-def shm_used() -> int:
-    """Space used in /dev/shm, by every process of the machine."""
-    return shutil.disk_usage("/dev/shm").used
-
-
-def shm_mapped() -> tuple:
-    """(mappings of /dev/shm files, their resident bytes) in this process, unlinked files
-    included: what this rank holds, whatever other jobs do."""
-    count = resident = 0
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split(None, 5)
-            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:    # a mapping's header
-                inside = len(head) == 6 and head[5].startswith("/dev/shm/")
-                count += inside
-            elif inside and line.startswith("Rss:"):
-                resident += int(line.split()[1]) * 1024
-    return count, resident
+from _procmem import rss, shm_mapped, shm_used  # noqa: E402  (scripts/, beside this file)
 
 
 def free_contexts(MPI, most: int = 4096) -> int:

@@ -9,8 +9,9 @@ collectives (allreduce, reduce, broadcast, allgather, reduce_scatter, alltoall, 
 on 4 communicators, with random sizes from 8 B to --max-bytes (log-uniform), dtypes and
 ops, some keyed, some with a done-callback, then waits for them all and compares every
 result with NumPy's, exactly (integers, and floats that hold small integers).  The same
-order on every rank, so that fifo runs it too.  RSS and the space used in /dev/shm (where
-MPI's shared segments live, mapped and unlinked) are read at a tenth, half and the end of
+order on every rank, so that fifo runs it too.  RSS and the resident node-shared memory
+this rank maps from /dev/shm (MPI's segments and hpccoll's areas, mapped and unlinked; other
+jobs' do not count) are read at a tenth, half and the end of
 the run: over the second half (scratch pools at their sizes, the plan cache at its
 bound, MPI's lazily made per-communicator segments made) neither may grow by more than
 --max-growth; the growth from the first tenth is printed too.
@@ -20,8 +21,6 @@ One line per policy; exit status 1 if anything was wrong, lost or grew.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -31,23 +30,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hpccoll  # noqa: E402
 from hpccoll.timing import human_bytes, parse_bytes  # noqa: E402
+from _procmem import rss, shm_mapped  # noqa: E402  (scripts/, beside this file)
+
+
+def shm_used() -> int:
+    """The node-shared memory this rank holds: resident bytes of its /dev/shm mappings."""
+    return shm_mapped()[1]
 
 COLLS = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
          "barrier")
 DTYPES = (np.int32, np.int64, np.float32, np.float64)
 OPS = ("sum", "max", "min")
-
-
-def rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def shm_used() -> int:
-    try:
-        return shutil.disk_usage("/dev/shm").used
-    except OSError:
-        return 0
 
 
 def data(n: int, dtype, rank: int, salt: int) -> np.ndarray:
