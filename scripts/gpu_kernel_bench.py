@@ -86,11 +86,16 @@ class Device:
     def host(self, x):
         return x if self.dry else x.get()
 
+    def numba(self, x):
+        """What the kernels take: a view of a CuPy array, a simulator copy of a NumPy one."""
+        from numba import cuda
+        return cuda.to_device(x) if self.dry else cuda.as_cuda_array(x)
+
 
 def launch_overhead_us(dev: Device, k, cuda) -> float:
     """One launch of the reduce kernel on 1 element, to completion, host clock (median)."""
     a, b, out = dev.inputs(1, np.float32)
-    da, db, do = (cuda.as_cuda_array(x) if not dev.dry else cuda.to_device(x) for x in (a, b, out))
+    da, db, do = (dev.numba(x) for x in (a, b, out))
     ts = []
     for _ in range(50):
         t0 = time.perf_counter()
@@ -131,8 +136,7 @@ def main(argv=None) -> int:
             print(f"\n## sum of 2 {dtype} inputs, {human_bytes(nbytes)} each: cupy.add "
                   f"{t_ref:.3f} ms, {bw_ref:.0f} GB/s")
             print(f"{'blocks':>14} {'ms':>9} {'GB/s':>8} {'vs cupy.add':>12}")
-            conv = cuda.to_device if args.dry_run else cuda.as_cuda_array
-            da, db, do = conv(a), conv(b), conv(out)
+            da, db, do = (dev.numba(x) for x in (a, b, out))
             rows = [(f"{m} x SMs", m * dev.sms) for m in (1, 2, 4, 8)]
             rows.append(("default rule", k.default_blocks(n, tpb, 2 * dev.sms)))
             best = 0.0

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hpccoll.ordering import KIND_REST, KIND_TOKEN, KIND_WAKE, Token, TokenRing  # noqa: E402
+from hpccoll.ordering import KIND_TOKEN, Token, TokenRing  # noqa: E402
 
 GROUP = 8
 

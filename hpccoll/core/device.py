@@ -81,8 +81,8 @@ def _interface(obj: Any, name: str) -> dict:
                                     f"{type(exc).__name__}: {exc}") from exc
     try:
         cai = obj.__cuda_array_interface__      # a property: torch raises for some tensors
-        shape, typestr, data = tuple(cai["shape"]), cai["typestr"], cai["data"]
-        int(data[0] or 0), bool(data[1])
+        tuple(cai["shape"]), cai["typestr"]     # present and well-formed, or raise here
+        int(cai["data"][0] or 0), bool(cai["data"][1])
     except Exception as exc:
         raise ArgumentTypeError(
             f"{name}: {type(obj).__name__}'s __cuda_array_interface__ is not usable "

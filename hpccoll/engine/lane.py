@@ -421,13 +421,12 @@ class Staged:
         if self.held is None:
             return transport.pending(self.reqs)
         recvs, sends = self.held   # not posted yet: pending (in _describe's order)
-        got = transport.pending(self.reqs)
-        return [True] * len(recvs) + got[:self.n_recvs - len(recvs)] + \
-            got[self.n_recvs - len(recvs):] + [True] * len(sends)
+        return [True] * len(recvs) + transport.pending(self.reqs) + [True] * len(sends)
 
     def cancel(self, n_recvs: int) -> None:
         self.held = None
-        transport.cancel(self.reqs, self.n_recvs if self.n_recvs <= len(self.reqs) else 0)
+        # the receives lead self.reqs once posted; held ones were never posted
+        transport.cancel(self.reqs, self.n_recvs if len(self.reqs) >= self.n_recvs else 0)
 
 
 def _done(event) -> bool:

@@ -61,6 +61,15 @@ def headroom(ncomm) -> None:
             p.Free()
 
 
+def aligned(slot_bytes: int) -> int:
+    return -(-slot_bytes // SLOT_ALIGN) * SLOT_ALIGN
+
+
+def segment_bytes(slot_bytes: int, slots: int) -> int:
+    """One rank's segment: its counters, then its slots."""
+    return CTRL_BYTES + slots * aligned(slot_bytes)
+
+
 class ShmArea:
     """One communicator's node-shared flags and staging slots (see the module docstring),
     in one file of node-shared memory mapped by each of the node's ranks: the node leader's
@@ -69,9 +78,9 @@ class ShmArea:
     def __init__(self, path: str, fd: Optional[int], local_rank: int, local_size: int,
                  slot_bytes: int, slots: int, fence):
         self.rank, self.size = local_rank, local_size
-        self.slot_bytes = -(-slot_bytes // SLOT_ALIGN) * SLOT_ALIGN
+        self.slot_bytes = aligned(slot_bytes)
         self.slots = slots
-        seg = CTRL_BYTES + slots * self.slot_bytes
+        seg = segment_bytes(slot_bytes, slots)
         total = seg * local_size
         if fd is None:
             fd = os.open(path, os.O_RDWR)
@@ -178,8 +187,7 @@ def create(comm, world_ranks, node_of, settings, fence_of) -> Optional[dict]:
     if local is None:
         return None
     me = local.index(rank)
-    slot_bytes = -(-settings.shm_slot_bytes // SLOT_ALIGN) * SLOT_ALIGN
-    nbytes = (CTRL_BYTES + settings.shm_slots * slot_bytes) * len(local)
+    nbytes = segment_bytes(settings.shm_slot_bytes, settings.shm_slots) * len(local)
     path = fd = error = area = None
     if me == 0:
         try:
