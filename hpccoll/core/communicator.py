@@ -24,6 +24,9 @@ class Communicator:
         self.rank, self.size, self.world_ranks = st.rank, st.size, st.world_ranks
         self._children = 0
         self._blocks = ctx.settings.blocks
+        # per collective, the Call of its last plain arrays (validate.Recent)
+        self._recent = {c: validate.Recent() for c in (
+            "allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall")}
         if st.mpi is not None:
             ctx._register(self)
 
@@ -113,33 +116,64 @@ class Communicator:
             st.usable()
         if key is not None or blocks is not None:
             key, blocks = self._extras(key, blocks)
-        return st.issue(validate.allreduce(st, sendbuf, recvbuf, op), key,
-                        blocks if blocks is not None else self._blocks)
+        if recvbuf is None:
+            call = validate.allreduce(st, sendbuf, recvbuf, op)
+        else:
+            recent = self._recent["allreduce"]
+            call = recent.get(sendbuf, recvbuf, op)
+            if call is None:
+                call = recent.keep(validate.allreduce(st, sendbuf, recvbuf, op), sendbuf,
+                                   recvbuf, op)
+        return st.issue(call, key, blocks if blocks is not None else self._blocks)
 
     def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None, blocks=None) -> Work:
         st = self._ready()
         key, blocks = self._extras(key, blocks)
-        return st.issue(validate.reduce(st, sendbuf, recvbuf, op, root), key, blocks)
+        recent = self._recent["reduce"]
+        call = None if recvbuf is None else recent.get(sendbuf, recvbuf, op, root)
+        if call is None:
+            call = validate.reduce(st, sendbuf, recvbuf, op, root)
+            if recvbuf is not None:
+                recent.keep(call, sendbuf, recvbuf, op, root)
+        return st.issue(call, key, blocks)
 
     def broadcast(self, buf, root=0, key=None, blocks=None) -> Work:
         st = self._ready()
         key, blocks = self._extras(key, blocks)
-        return st.issue(validate.broadcast(st, buf, root), key, blocks)
+        recent = self._recent["broadcast"]
+        call = recent.get(buf, buf, root)
+        if call is None:
+            call = recent.keep(validate.broadcast(st, buf, root), buf, buf, root)
+        return st.issue(call, key, blocks)
 
     def allgather(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
-        st = self._ready()
-        key, blocks = self._extras(key, blocks)
-        return st.issue(validate.allgather(st, sendbuf, recvbuf), key, blocks)
+        return self._simple("allgather", validate.allgather, sendbuf, recvbuf, key, blocks)
 
     def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
         st = self._ready()
         key, blocks = self._extras(key, blocks)
-        return st.issue(validate.reduce_scatter(st, sendbuf, recvbuf, op), key, blocks)
+        recent = self._recent["reduce_scatter"]
+        call = None if recvbuf is None else recent.get(sendbuf, recvbuf, op)
+        if call is None:
+            call = validate.reduce_scatter(st, sendbuf, recvbuf, op)
+            if recvbuf is not None:
+                recent.keep(call, sendbuf, recvbuf, op)
+        return st.issue(call, key, blocks)
 
     def alltoall(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
+        return self._simple("alltoall", validate.alltoall, sendbuf, recvbuf, key, blocks)
+
+    def _simple(self, coll, check, sendbuf, recvbuf, key, blocks) -> Work:
+        """A collective of two arrays and nothing else (allgather, alltoall)."""
         st = self._ready()
         key, blocks = self._extras(key, blocks)
-        return st.issue(validate.alltoall(st, sendbuf, recvbuf), key, blocks)
+        recent = self._recent[coll]
+        call = None if recvbuf is None else recent.get(sendbuf, recvbuf)
+        if call is None:
+            call = check(st, sendbuf, recvbuf)
+            if recvbuf is not None:
+                recent.keep(call, sendbuf, recvbuf)
+        return st.issue(call, key, blocks)
 
     def barrier(self, key=None) -> Work:
         st = self._ready()

@@ -301,6 +301,7 @@ class Context:
         engine = self._engine
         deadline = time.monotonic() + self.settings.close_timeout
         abandoned = False
+        engine.adopt_loose()
         while engine.pending() and engine.broken is None:
             if time.monotonic() > deadline:
                 print(f"hpccoll: rank {self.rank}: close() abandons {engine.pending()} collective(s) "

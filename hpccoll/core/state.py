@@ -202,6 +202,7 @@ class CommState:
             self.usable()
         plan = self._plan(call, key is not None, blocks)
         engine = self.engine
+        error = None
         with self.lock:
             if key is not None:
                 task = self._keyed(plan, call, key)
@@ -230,9 +231,28 @@ class CommState:
                 # MPI runs it: start it here unless something of this communicator is
                 # queued before it, or the persistent request it takes is still busy
                 if (plan.early and prev is None and engine.early
-                        and (lane.slot is None or not lane.slot.busy) and engine.start_now(task)):
-                    return task
-            engine.submit(task, inline=plan.inline and engine.idle())
+                        and (lane.slot is None or not lane.slot.busy)):
+                    if self.fast and check is None:
+                        # loose: its waiter polls it, the engine adopts it only if needed
+                        try:
+                            task.start(task.t_issue)
+                        except Exception as exc:   # MPI's error at post time: the task's
+                            error = exc
+                        else:
+                            task.loose = True
+                            engine.loose[task] = None
+                            return task
+                    elif engine.start_now(task):
+                        return task
+            if error is None:
+                engine.submit(task, inline=plan.inline and engine.idle())
+        if error is not None:          # (the engine's lock after ours: never inside)
+            with engine.lock:
+                engine.adopt(task, start_error=error)
+        elif engine.loose:
+            # a queued task may wait for a persistent request a loose one holds: the
+            # engine must poll that one too
+            engine.adopt_loose()
         return task
 
     def run(self, call, blocks: Optional[int] = None):
@@ -340,6 +360,7 @@ class CommState:
     def pending(self) -> list:
         """The collectives issued here that have not finished."""
         engine = self.engine
+        engine.adopt_loose()
         with engine.lock:
             return [t for t in engine.live() + list(engine.sq) if t.comm is self]
 

@@ -29,7 +29,7 @@ from . import flight, policies
 from .control import HOST, PID, TAG_FAILED, TAG_REPORT, TAG_REPORT_REQ, Control
 from .crosscheck import CrossCheck
 from .flight import Recorder
-from .task import FAILED, RUNNING
+from .task import DONE, FAILED, RUNNING
 from .watchdog import format_report
 from ..errors import CollectiveMismatch, CollectiveTimeout, HpcCollError
 
@@ -63,6 +63,10 @@ LOCK_WAIT = 0.001       # seconds start_now waits for the daemon's pass (longer 
 # for the GIL and the engine's lock: it stays away until the application has been quiet
 # this long (seconds), unless a queued task, a report or the token needs it.
 APP_GRACE = 0.002
+# A collective MPI runs itself that started at issue stays "loose" (engine.loose): the
+# engine does not know it until its waiter spins out, somebody needs the engine's whole
+# view, or it is this old (seconds) with nobody waiting; then the engine adopts it.
+LOOSE_AGE = APP_GRACE
 
 
 class Engine:
@@ -96,6 +100,11 @@ class Engine:
         self.flight = Recorder(settings.flight_entries) if settings.flight_entries else None
         self._live = 0
         self.app_active = 0.0             # when the application last issued or waited
+        # started collectives MPI runs itself that no engine pass polls yet (insertion
+        # order: oldest first); only application threads holding ``xlock`` touch them, and
+        # ``xlock`` is always taken before ``lock``, never inside it
+        self.loose: dict = {}
+        self.xlock = threading.Lock()
         # counters (per daemon)
         self.passes = self.parks = self.wakeups = 0
         self.switches = 0
@@ -155,15 +164,113 @@ class Engine:
         if task.finished:
             self.retire(task)
 
+    # -- loose collectives -------------------------------------------------------------
+    # A collective MPI runs itself, started at issue on the calling thread, is polled by
+    # its own waiter with no engine lock, no policy and no pass: a small collective's
+    # per-call cost is then MPI's own plus the naming (core/state.py, issue).  The engine
+    # takes it over (adopt) where it must see it: a waiter that spun out, a callback, a
+    # timeout report's view, close() and free().
+    def wait_loose(self, task, timeout: float | None) -> None:
+        """Work.wait() on a loose task: poll it right here for ``spin_us`` (for
+        ``spin_polls`` polls where spinning is off, and never past ``timeout``); if it is
+        not done by then the engine adopts it, and the waiter drives as for any task."""
+        xlock = self.xlock
+        xlock.acquire()
+        try:
+            if not task.loose:
+                return
+            test = task.lane.req.Test
+            polls = self.settings.spin_polls
+            try:
+                for _ in range(polls):
+                    if test():
+                        self._done_loose(task)
+                        return
+                spin = self.settings.spin_us * 1e-6
+                if timeout is not None:
+                    spin = min(spin, timeout)
+                deadline = time.monotonic() + spin
+                while spin > 0 and time.monotonic() < deadline:
+                    for _ in range(polls):
+                        if test():
+                            self._done_loose(task)
+                            return
+            except Exception as exc:       # MPI's error: the engine explains it
+                self._adopt_loose(task, poll_error=exc)
+                return
+            self._adopt_loose(task)
+        finally:
+            xlock.release()
+
+    def _poll_loose(self, task) -> None:
+        """One poll of a loose task (Work.test(); xlock held)."""
+        try:
+            if task.lane.req.Test():
+                self._done_loose(task)
+        except Exception as exc:
+            self._adopt_loose(task, poll_error=exc)
+
+    def _done_loose(self, task) -> None:
+        """MPI completed a loose task's request (xlock held): the task completes here."""
+        task.lane.finish()
+        task.state = DONE
+        task.t_end = self.app_active = time.monotonic()
+        del self.loose[task]
+        task.loose = False
+        task.retired = True
+        if self.flight is not None:
+            self.flight.append(task)
+        task.lane.release()
+        task._done = True       # no callbacks: add_done_callback adopts the task first
+
+    def adopt_loose(self, blocking: bool = True) -> None:
+        """The engine takes every loose task (``blocking`` False: unless an application
+        thread is polling one right now)."""
+        if not self.loose or not self.xlock.acquire(blocking):
+            return
+        try:
+            for task in list(self.loose):
+                self._adopt_loose(task)
+        finally:
+            self.xlock.release()
+        if self._callbacks:
+            self.run_callbacks()
+
+    def _adopt_loose(self, task, poll_error=None) -> None:
+        """(xlock held) ``task`` joins the engine, failed at once if its communicator or
+        the engine broke meanwhile (nothing would complete it otherwise)."""
+        with self.lock:
+            if task not in self.loose:
+                return
+            del self.loose[task]
+            task.loose = False
+            error = self.broken or task.comm.broken
+            if error is not None and poll_error is None:
+                task.fail(error)
+                self._live += 1
+                self.policy.adopt(task)
+                self._complete(task)
+                return
+            self.adopt(task, poll_error=poll_error, now=self.app_active)
+
     def idle(self) -> bool:
-        return self._live == 0 and not self.sq
+        return self._live == 0 and not self.sq and not self.loose
 
     def live(self) -> list:
         """Every admitted task that has not finished, in the policy's order."""
         return list(self.policy.live())
 
-    def poke(self) -> None:
-        """One pass if nobody else is driving (Work.test())."""
+    def poke(self, work=None) -> None:
+        """One pass if nobody else is driving (Work.test()); a loose ``work`` is polled
+        once by itself."""
+        if work is not None and work.loose:
+            if self.xlock.acquire(False):
+                try:
+                    if work.loose:
+                        self._poll_loose(work)
+                finally:
+                    self.xlock.release()
+            return
         if self.lock.acquire(blocking=False):
             self.driver = threading.get_ident()
             try:
@@ -174,7 +281,7 @@ class Engine:
             self.run_callbacks()
 
     def pending(self) -> int:
-        return self._live + len(self.sq)
+        return self._live + len(self.sq) + len(self.loose)
 
     def stop(self, wait: float = 10.0) -> None:
         self._stop = True
@@ -256,6 +363,8 @@ class Engine:
                 "make progress while it waits for itself; wait in a done-callback is fine, "
                 "but not inside hpccoll's own calls")
         task = work
+        if self.loose:
+            self.adopt_loose()       # the engine sees everything while it is driven
         lock = self.lock
         if timeout is None and task.t_start is not None and lock.acquire(False):
             # a started collective usually ends within a few polls: poll it right away,
@@ -352,6 +461,10 @@ class Engine:
                     self._resume.wait(self._park)
                     idle = 0
                     continue
+                if self.loose:
+                    oldest = next(iter(self.loose), None)
+                    if oldest is not None and time.monotonic() - oldest.t_issue > LOOSE_AGE:
+                        self.adopt_loose(blocking=False)   # nobody waits for it: take it
                 quiet = time.monotonic() - self.app_active
                 if (quiet < APP_GRACE and not self.sq and self._report is None
                         and not self._control_tags and not self._stop):

@@ -205,10 +205,14 @@ class MpiLane(Lane):
     def run(self) -> bool:
         if self.done or not self.req.Test():
             return False
+        self.finish()
+        return True
+
+    def finish(self) -> None:
+        """MPI completed the request (the result to the caller's array, for a slot)."""
         if self.slot is not None:
             finish_slot(self.recipe, self.slot, self.recv)
         self.done = True
-        return True
 
     @property
     def waits_done(self) -> int:

@@ -179,6 +179,103 @@ def test_never_waited_completes_on_the_daemon(pctx):
     np.testing.assert_array_equal(w.wait(), np.full(2, pctx.size, np.float32))
 
 
+def _loose(comm, x, out, tries=4):
+    """A collective started loose (every ``mismatch_every``-th call carries the deferred
+    check, and those go through the engine: try a few)."""
+    for _ in range(tries):
+        w = comm.allreduce(x, out)
+        if w.loose:
+            return w
+        w.wait()
+    raise AssertionError("no collective started loose")
+
+
+def test_a_loose_collective_completes_in_its_waiter(pctx):
+    """A collective MPI runs itself starts at issue and stays loose: its waiter polls it
+    without the engine, and afterwards nothing of it is left with the engine."""
+    n, engine = pctx.size, pctx._engine
+    x, out = np.full(3, pctx.rank + 1, np.int64), np.empty(3, np.int64)
+    w = _loose(pctx.world, x, out)
+    assert w in engine.loose and engine.pending() >= 1
+    assert w.wait() is out and not w.loose and w not in engine.loose
+    np.testing.assert_array_equal(out, np.full(3, n * (n + 1) // 2))
+    c = w.counters
+    assert c["algo"] == "mpi" and c["t_end"] is not None and c["running_s"] is not None
+    w = _loose(pctx.world, x, out)
+    deadline = time.monotonic() + 10
+    while not w.test() and time.monotonic() < deadline:     # test() polls it too
+        pass
+    assert w.test() and not w.loose
+    np.testing.assert_array_equal(out, np.full(3, n * (n + 1) // 2))
+
+
+def test_a_loose_collective_nobody_waits_for_is_adopted(pctx):
+    """Nobody waits: the engine takes it over (it then shows in reports and completes on
+    the daemon)."""
+    x, out = np.ones(2, np.float32), np.empty(2, np.float32)
+    w = _loose(pctx.world, x, out)
+    deadline = time.monotonic() + 10
+    while w.loose and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert not w.loose
+    while not w._done and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert w._done
+    np.testing.assert_array_equal(w.wait(), np.full(2, pctx.size, np.float32))
+
+
+def test_free_and_callbacks_take_loose_collectives_along(pctx):
+    """free() lets a loose collective complete first; a callback added to a loose one
+    runs (the engine adopts it to run it)."""
+    n = pctx.size
+    comm = pctx.world.dup(name="loose")
+    x, out = np.full(4, 2, np.int32), np.empty(4, np.int32)
+    w = _loose(comm, x, out)
+    comm.free()
+    assert w.test()
+    np.testing.assert_array_equal(w.wait(), np.full(4, 2 * n))
+    seen = []
+    w = _loose(pctx.world, x, out)
+    w.add_done_callback(seen.append)
+    w.wait()
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert seen == [w]
+
+
+def test_the_same_arrays_again_are_read_once(pctx, mpi_world, monkeypatch):
+    """A loop on the same buffers validates them once; a change of the arrays (flags,
+    dtype, another array, another op) is seen, and an allocated result is never shared."""
+    from hpccoll.core import validate
+    comm = pctx.world.dup(name="recent")
+    seen = []
+    real = validate.allreduce
+    monkeypatch.setattr(validate, "allreduce", lambda *a: seen.append(a) or real(*a))
+    x, out = np.zeros(6, np.float32), np.empty(6, np.float32)
+    for i in range(5):
+        x[:] = i + pctx.rank
+        comm.allreduce(x, out).wait()
+        assert (out == i * pctx.size + sum(range(pctx.size))).all()
+    assert len(seen) == 1
+    comm.allreduce(x, out, op="max").wait()                 # another op: read again
+    assert len(seen) == 2 and (out == 4 + pctx.size - 1).all()
+    out.flags.writeable = False
+    with pytest.raises(hpccoll.ArgumentError, match="recvbuf"):
+        comm.allreduce(x, out)
+    out.flags.writeable = True
+    xi, outi = x.view(np.int32), out.view(np.int32)          # the same memory, as int32
+    x.dtype = out.dtype = np.int32                          # and the kept arrays retyped
+    xi[:] = pctx.rank + 1
+    ref = np.empty(6, np.int32)
+    mpi_world.Allreduce(xi, ref)
+    comm.allreduce(x, out).wait()
+    np.testing.assert_array_equal(outi, ref)
+    a, b = comm.allreduce(x).wait(), comm.allreduce(x).wait()
+    assert a is not b and a is not out
+    comm.free()
+
+
 def test_what_mpi_does_not_run_is_queued_and_right(pctx, mpi_world):
     """Large, float16, keyed, a key, blocks=: hpccoll's own algorithms, through the
     engine's queue; each result against MPI's."""
