@@ -10,7 +10,8 @@ allocation and offsets.  Its plan holds:
   row of ``algorithms.TABLE`` whose predicate holds.  MPI's own nonblocking collective is
   one of those rows (``mpi``), not a separate path;
 - the program (the step machine, materialized), or for the ``mpi`` row its recipe,
-  with persistent requests for tiny messages (MPI-4 ``*_init``, where MPI has them);
+  naming the persistent requests tiny messages take (MPI-4 ``*_init``, where MPI has
+  them; ``PersistentSet``);
 - the fingerprint (everything but the sequence number) and its hash;
 - how to make the lane of each call (``lane``): which kind, which backend;
 - whether a call may start on the calling thread (``early``: MPI runs it, no slot).
@@ -29,7 +30,7 @@ from ..errors import ArgumentError
 from . import mismatch
 from .ops import dtype_code, mpi_native, mpi_op, op_code
 
-PERSISTENT_SLOTS = 4   # persistent requests per plan: identical calls in flight at once
+PERSISTENT_SLOTS = 4   # persistent requests per collective: identical calls in flight at once
 
 
 class RegisteredCall:
@@ -74,43 +75,74 @@ def registered(ctx, call) -> Optional[RegisteredCall]:
 class MpiRecipe:
     """The ``mpi`` row's plan: which MPI collective (``post``: the bound method that starts
     it), with which op, root and divisor (avg: contributions divided before MPI sums
-    them), and its persistent requests."""
-    __slots__ = ("kind", "mpi", "post", "mop", "root", "rank", "divisor", "inplace", "slots")
+    them), and which persistent requests it takes (``persist``: a PersistentSet's key, or
+    None)."""
+    __slots__ = ("kind", "mpi", "post", "mop", "root", "rank", "divisor", "inplace", "persist")
 
-    def __init__(self, kind, mpi_comm, mop, root, rank, divisor, inplace, slots):
+    def __init__(self, kind, mpi_comm, mop, root, rank, divisor, inplace, persist):
         from ..engine.lane import NONBLOCKING
         self.kind, self.mpi, self.mop, self.root, self.rank = kind, mpi_comm, mop, root, rank
         self.post = getattr(mpi_comm, NONBLOCKING[kind])
-        self.divisor, self.inplace, self.slots = divisor, inplace, slots
+        self.divisor, self.inplace, self.persist = divisor, inplace, persist
 
 
-def _persistent(state, call, nbytes: int) -> tuple:
-    """Persistent requests' staging arrays for a tiny MPI-row collective, or () where MPI
+class PersistentSet:
+    """The persistent requests of one collective on one communicator, used round-robin:
+    the i-th call takes request i mod PERSISTENT_SLOTS on every rank.  MPI matches a
+    persistent request to its peers' by the order of their ``*_init``, so a rank must
+    start the same request as every other rank: the set belongs to what the fingerprint
+    names (collective, dtype, count, op, root), not to a plan, whose signature also holds
+    what may differ between ranks (in place or not: a reduce's root; registered or not)."""
+    __slots__ = ("slots", "uses")
+
+    def __init__(self, slots):
+        self.slots, self.uses = slots, 0
+
+    def next(self):
+        """The request the next call takes (``uses`` advances once that call is committed)."""
+        return self.slots[self.uses % PERSISTENT_SLOTS]
+
+
+def _persistent(state, call, nbytes: int):
+    """The key of the persistent requests of a tiny MPI-row collective, or None where MPI
     has no persistent collectives or the message is larger than ``persistent_bytes``."""
-    from ..engine.lane import PERSISTENT, Persistent
+    from ..engine.lane import PERSISTENT
     limit = state.ctx.settings.persistent_bytes
     if call.coll not in PERSISTENT or not limit or nbytes > limit or not state.ctx.persistent_ok:
-        return ()
+        return None
+    return (call.coll, call.send.dtype.str, call.count, call.op, call.root)
+
+
+def persistent_set(state, call) -> PersistentSet:
+    """A new set of persistent requests for ``call``'s collective, on staging arrays of its
+    own (each request is initialised at its first start, in the collective order)."""
+    from ..engine.lane import Persistent
     dt, n, size = call.send.dtype, call.count, state.size
+    # in-place forms need no MPI.IN_PLACE (the input is copied in), and a reduce's result
+    # lands on its root only
     shapes = {"allreduce": (n, n), "broadcast": (None, n), "allgather": (n, size * n),
-              "alltoall": (size * n, size * n), "barrier": (None, None)}[call.coll]
-    return tuple(Persistent(*(None if k is None else np.empty(k, dt) for k in shapes))
-                 for _ in range(PERSISTENT_SLOTS))
+              "alltoall": (size * n, size * n), "barrier": (None, None),
+              "reduce": (n, n if state.rank == call.root else None),
+              "reduce_scatter": (size * n, n)}[call.coll]
+    return PersistentSet(tuple(Persistent(*(None if k is None else np.empty(k, dt)
+                                            for k in shapes))
+                               for _ in range(PERSISTENT_SLOTS)))
 
 
 class Plan:
     __slots__ = ("coll", "dtype", "count", "op", "root", "inplace", "algo", "program", "spec",
                  "nbytes", "fp", "fp_hash", "recipe", "early", "shared", "registered", "backend",
-                 "blocks", "device", "uses", "inline", "reg_matters")
+                 "blocks", "device", "inline", "reg_matters")
 
     def lane(self, state, call, tag, mpi_comm):
         """The lane of one call (engine/lane.py); the caller holds the state's lock."""
         recipe = self.recipe
         if recipe is not None:
             slot = None
-            if recipe.slots:
-                slot = recipe.slots[self.uses % len(recipe.slots)]
-                self.uses += 1
+            if recipe.persist is not None:
+                pset = state.persistent(recipe.persist, call)
+                slot = pset.next()
+                pset.uses += 1
             return _lanes.MpiLane(recipe, call.send, call.recv, slot)
         if self.device:
             return _device_lane(self, state, call, tag, mpi_comm)
@@ -240,7 +272,6 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
     plan.inplace, plan.algo, plan.spec, plan.nbytes = call.inplace, algo, spec, nbytes
     plan.program = algorithms.build(spec, algo)
     plan.shared, plan.registered, plan.device = shared, reg, on_device
-    plan.uses = 0
     plan.reg_matters = reg_matters
     plan.inline = nbytes <= s.inline_bytes
     count = call.count if call.fp_count is None else call.fp_count

@@ -62,7 +62,10 @@ class CommState:
         self.live_keys: dict = {}
         self.key_uses: dict = {}       # key -> how many times it was issued (ordered policy)
         self.plans: dict = {}
-        self.orphans: list = []        # persistent requests of evicted plans, not freed yet
+        # persistent requests per collective (plan.PersistentSet), made at the same call on
+        # every rank, so their insertion order (and eviction) is the same on every rank
+        self.persist: dict = {}
+        self.orphans: list = []        # persistent requests of evicted sets, not freed yet
         self.prefer: dict = {}         # collective -> candidate: what a calibration times
         self.pool = BufferPool()       # scratch space, reused by the collectives
         self.noted_at = 0.0
@@ -158,25 +161,37 @@ class CommState:
     def _remember(self, sig, plan):
         self.plans[sig] = plan
         if len(self.plans) > PLAN_CACHE:
-            self._evict()
+            self._evict(self.plans)
         return plan
 
-    def _evict(self) -> None:
-        """The plan cache is bounded: a program whose message sizes keep changing would
-        otherwise keep a plan (and, for tiny messages, persistent MPI requests) for every
-        size it ever sent.  The oldest quarter goes; a plan in flight lives on in its
-        tasks.  Its persistent requests are freed only once every collective issued here
-        so far has started: a queued task may still hold one of them, and were it freed,
-        that task would initialise a new one (a collective call) where the other ranks,
-        whose task had started before the eviction, do not."""
+    def persistent(self, key, call):
+        """The persistent requests of the collective ``key`` names (made at its first call,
+        which is the same call on every rank)."""
+        pset = self.persist.get(key)
+        if pset is None:      # (the caller holds the lock)
+            if len(self.persist) >= PLAN_CACHE:
+                self._evict_locked(self.persist)
+            pset = self.persist[key] = plans.persistent_set(self, call)
+        return pset
+
+    def _evict(self, cache: dict) -> None:
+        """The plan cache and the persistent requests are bounded: a program whose message
+        sizes keep changing would otherwise keep a plan (and, for tiny messages, persistent
+        MPI requests) for every size it ever sent.  The oldest quarter goes; a plan in
+        flight lives on in its tasks.  An evicted set of persistent requests is made anew
+        at its collective's next call, on every rank alike (sets are made and evicted at the
+        same calls everywhere); its requests are freed only once every collective issued
+        here so far has started: a queued task may still hold one of them."""
         with self.lock:
-            old = list(self.plans)[:max(1, len(self.plans) // 4)]
-            for sig in old:
-                plan = self.plans.pop(sig, None)
-                if plan is not None and plan.recipe is not None:
-                    self.orphans += [s for s in plan.recipe.slots if s.req is not None]
-            if self.orphans and (self.last is None or started(self.last)):
-                self.orphans = self._free_slots(self.orphans)
+            self._evict_locked(cache)
+
+    def _evict_locked(self, cache: dict) -> None:
+        for key in list(cache)[:max(1, len(cache) // 4)]:
+            value = cache.pop(key, None)
+            if isinstance(value, plans.PersistentSet):
+                self.orphans += [s for s in value.slots if s.req is not None]
+        if self.orphans and (self.last is None or started(self.last)):
+            self.orphans = self._free_slots(self.orphans)
 
     @staticmethod
     def _free_slots(slots) -> list:
@@ -278,15 +293,15 @@ class CommState:
                 prev = self.last
                 seq = self.seq
                 ledger = self.ledger
-                slots = recipe.slots
-                slot = slots[plan.uses % len(slots)] if slots else None
+                pset = None if recipe.persist is None else self.persistent(recipe.persist, call)
+                slot = None if pset is None else pset.next()
                 # the previous collective of this communicator has posted its MPI calls
                 # (Task.posted is set after them): no lock of the engine is needed
                 if (started(prev) and (ledger is None or not ledger.due(seq))
                         and (slot is None or not slot.busy)):
                     self.seq = seq + 1
                     if slot is not None:
-                        plan.uses += 1
+                        pset.uses += 1
                     if ledger is not None:
                         ledger.record(seq, plan.fp, plan.fp_hash)
                     self.last = None      # posted: nothing waits on it to start
@@ -399,14 +414,14 @@ class CommState:
         if self.shm:
             self.shm["area"].free()
             self.shm = None
-        for plan in self.plans.values():
-            if plan.recipe is not None:
-                self._free_slots(plan.recipe.slots)
+        for pset in self.persist.values():
+            self._free_slots(pset.slots)
         # what is still busy now (a collective a mismatch broke off) may not be freed
         # (MPI-4 6.13): it is left to MPI_Finalize
         self._free_slots(self.orphans)
         self.orphans = []
         self.plans = {}
+        self.persist = {}
         for c in (self.data, self.mpi):
             if c is not None:
                 try:

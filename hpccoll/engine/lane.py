@@ -102,7 +102,8 @@ NONBLOCKING = {"allreduce": "Iallreduce", "broadcast": "Ibcast", "allgather": "I
                "reduce_scatter": "Ireduce_scatter_block"}
 PERSISTENT = {"allreduce": "Allreduce_init", "broadcast": "Bcast_init",
               "allgather": "Allgather_init", "alltoall": "Alltoall_init",
-              "barrier": "Barrier_init"}
+              "barrier": "Barrier_init", "reduce": "Reduce_init",
+              "reduce_scatter": "Reduce_scatter_block_init"}
 
 
 def start_collective(mpi_comm, kind, send, recv, op=None, root=0, persistent=False):

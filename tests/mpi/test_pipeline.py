@@ -120,6 +120,62 @@ def test_tiny_allgather_and_alltoall_match_mpi(pctx, mpi_world, dtype):
     np.testing.assert_array_equal(y, ref)
 
 
+@pytest.mark.parametrize("dtype", ["int32", "float64"])
+def test_tiny_reduce_and_reduce_scatter_match_mpi(pctx, mpi_world, dtype):
+    """On persistent requests too (more calls than a plan has): every root, in place at
+    the root, reduce_scatter out of and in place, new data every call."""
+    n, r = pctx.size, pctx.rank
+    for i in range(plans.PERSISTENT_SLOTS + 2):
+        for root in range(n):
+            x = ((np.arange(5) * 3 + r + i) % 7).astype(dtype)
+            ref = np.empty_like(x)
+            mpi_world.Reduce(x, ref, op=MPI.MAX, root=root)
+            out = np.full_like(x, -1)
+            w = pctx.world.reduce(x, out, op="max", root=root)
+            assert started_at_issue(w)
+            w.wait()
+            if r == root:
+                np.testing.assert_array_equal(out, ref)
+                y = x.copy()
+                pctx.world.reduce(y, y, op="max", root=root).wait()
+                np.testing.assert_array_equal(y, ref)
+            else:
+                pctx.world.reduce(x.copy(), x.copy(), op="max", root=root).wait()
+        y = ((np.arange(n * 3) * 5 + r * 3 + i) % 11).astype(dtype)
+        ref = np.empty(3, dtype)
+        mpi_world.Reduce_scatter_block(y, ref)
+        out = np.empty(3, dtype)
+        w = pctx.world.reduce_scatter(y, out)
+        assert started_at_issue(w) and w.wait() is out
+        np.testing.assert_array_equal(out, ref)
+        assert pctx.world.reduce_scatter(y, y).wait() is y
+        np.testing.assert_array_equal(y[r * 3:(r + 1) * 3], ref)
+
+
+def test_ranks_that_differ_in_place_take_the_same_persistent_requests(pctx):
+    """In place on some ranks only (a reduce's root; an allreduce), alternating with out
+    of place: the plans differ between ranks, the persistent requests may not (MPI
+    matches them by the order of their initialisation)."""
+    n, r = pctx.size, pctx.rank
+    comm = pctx.world.dup(name="inplace")
+    for i in range(3 * plans.PERSISTENT_SLOTS):
+        x = np.full(2, i + r, np.int64)
+        if r == 0 and i % 2:
+            out = x
+        else:
+            out = np.empty_like(x)
+        assert comm.allreduce(x, out).wait() is out
+        assert (out == n * i + n * (n - 1) // 2).all()
+        y = np.full(3, i + r, np.int64)
+        if r == i % n:
+            z = y if i % 3 else np.empty_like(y)
+            comm.reduce(y, z, root=r).wait()
+            assert (z == n * i + n * (n - 1) // 2).all()
+        else:
+            comm.reduce(y, None if i % 3 else np.empty_like(y), root=i % n).wait()
+    comm.free()
+
+
 def test_persistent_requests_with_many_calls_in_flight(pctx, mpi_world):
     """More identical tiny calls in flight than a plan has persistent requests, on fresh
     and reused buffers, waited in any order: every result is right."""
@@ -465,8 +521,9 @@ def test_an_mpi_error_at_start_fails_the_collective(mpi_world, monkeypatch):
 
 
 def test_the_plan_cache_is_bounded_and_evicted_plans_free_their_requests(ctx, monkeypatch):
-    """A program whose sizes keep changing keeps at most PLAN_CACHE plans per communicator;
-    the evicted ones' persistent requests are freed, and results stay right."""
+    """A program whose sizes keep changing keeps at most PLAN_CACHE plans and sets of
+    persistent requests per communicator; evicted requests are freed, and results stay
+    right."""
     from hpccoll.core import state as st_mod
     monkeypatch.setattr(st_mod, "PLAN_CACHE", 8)
     comm = ctx.world.dup(name="sizes")
@@ -475,9 +532,10 @@ def test_the_plan_cache_is_bounded_and_evicted_plans_free_their_requests(ctx, mo
         for n in range(1, 41):
             w = comm.allreduce(np.full(n, comm.rank + 1, np.int64))
             assert w.wait().tolist() == [comm.size * (comm.size + 1) // 2] * n
-            assert len(st.plans) <= 8
+            assert len(st.plans) <= 8 and len(st.persist) <= 8
         # every plan left is one of the newest sizes
         assert all(sig[2] > 40 - 8 for sig in st.plans)
+        assert all(key[2] > 40 - 8 for key in st.persist)
         assert st.orphans == []
     finally:
         comm.free()
