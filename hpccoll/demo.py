@@ -6,7 +6,7 @@
    orders, synchronization points) under each policy: preemptive and ordered complete
    with checked results, fifo ends in a short CollectiveTimeout report.
 
-    mpiexec -n 4 python -m hpccoll.demo [--sizes 8,64K,1M] [--iters 10] [--chaos-iters 10]
+    mpiexec -n 4 python -m hpccoll.demo [--sizes 8,64K,1M] [--iters 100] [--chaos-iters 10]
 
 Prints a one-screen summary on rank 0 and exits nonzero if anything was not as expected.
 """
@@ -86,7 +86,8 @@ def run(args) -> int:
         sizes = [0] if coll == "barrier" else args.sizes
         for nbytes in sizes:
             ours, theirs, check = _case(ctx, comm, mpi, coll, nbytes)
-            t_ours, t_mpi = time_interleaved(mpi, [ours, theirs], args.iters, warmup=2)
+            t_ours, t_mpi = time_interleaved(mpi, [ours, theirs], args.iters,
+                                            warmup=max(2, args.iters // 10))
             ok = bool(check())
             all_ok = mpi.allreduce(ok, op=MPI.LAND)
             failures += not all_ok
@@ -120,7 +121,8 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="8,64K,1M",
                    help="message sizes in bytes (K/M/G suffixes), comma-separated")
-    p.add_argument("--iters", type=int, default=10, help="timed iterations per case")
+    p.add_argument("--iters", type=int, default=100,
+                   help="timed iterations per case (medians: ten are too few to say much)")
     p.add_argument("--colls", default=",".join(COLLS), help="collectives, comma-separated")
     p.add_argument("--policy", default=None,
                    help="scheduling policy of part 1 (default: HPCCOLL_POLICY or preemptive)")
