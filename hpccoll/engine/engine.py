@@ -100,6 +100,7 @@ class Engine:
         self.flight = Recorder(settings.flight_entries) if settings.flight_entries else None
         self._live = 0
         self.app_active = 0.0             # when the application last issued or waited
+        self._served = 0.0                # when control messages were last served
         # started collectives MPI runs itself that no engine pass polls yet (insertion
         # order: oldest first); only application threads holding ``xlock`` touch them, and
         # ``xlock`` is always taken before ``lock``, never inside it
@@ -173,11 +174,17 @@ class Engine:
     def wait_loose(self, task, timeout: float | None) -> None:
         """Work.wait() on a loose task: poll it right here for ``spin_us`` (for
         ``spin_polls`` polls where spinning is off, and never past ``timeout``); if it is
-        not done by then the engine adopts it, and the waiter drives as for any task."""
+        not done by then, or the engine has other work, the engine adopts it, and the
+        waiter drives as for any task."""
         xlock = self.xlock
         xlock.acquire()
         try:
             if not task.loose:
+                return
+            if self._live or self.sq:
+                # the engine has other work, which may be what the peers need from this
+                # rank before they can complete this one: drive it all while waiting
+                self._adopt_loose(task)
                 return
             test = task.lane.req.Test
             polls = self.settings.spin_polls
@@ -465,11 +472,18 @@ class Engine:
                     oldest = next(iter(self.loose), None)
                     if oldest is not None and time.monotonic() - oldest.t_issue > LOOSE_AGE:
                         self.adopt_loose(blocking=False)   # nobody waits for it: take it
-                quiet = time.monotonic() - self.app_active
-                if (quiet < APP_GRACE and not self.sq and self._report is None
-                        and not self._control_tags and not self._stop):
-                    self._sleep(self.wake, APP_GRACE - quiet)    # the application drives
-                    continue
+                now = time.monotonic()
+                quiet = now - self.app_active
+                if quiet < APP_GRACE and not self.sq and self._report is None and not self._stop:
+                    # the application drives; a policy with control messages (the
+                    # ordering token) still has them served every park interval
+                    if not self._control_tags:
+                        self._sleep(self.wake, APP_GRACE - quiet)
+                        continue
+                    since = now - self._served
+                    if since < self._park:
+                        self._sleep(self.wake, min(APP_GRACE - quiet, self._park - since))
+                        continue
                 with self.lock:
                     self.driver = me
                     try:
@@ -486,7 +500,9 @@ class Engine:
                 idle += 1
                 if self.sq:
                     continue
-                if self.idle() and self._report is None:
+                if self._live == 0 and not self.sq and self._report is None:
+                    # (loose collectives need no daemon: their waiters poll them, and it
+                    # adopts old ones when it wakes)
                     # no work: a few slow polls (idle_polls), then park until a submission;
                     # a parked daemon still serves control messages every PARK_SECONDS
                     if idle > s.idle_polls:
@@ -528,6 +544,7 @@ class Engine:
                 self.last_progress = time.monotonic()
         self.passes += 1
         if not progressed or self._control_tags or self.passes % CTL_EVERY == 0:
+            self._served = time.monotonic()
             self._serve_control()
             self.crosscheck.tick()
         if self.settings.timeout is not None and self._report is None and self.broken is None:
