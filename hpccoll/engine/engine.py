@@ -188,20 +188,19 @@ class Engine:
                 return
             test = task.lane.req.Test
             polls = self.settings.spin_polls
+            deadline = None         # (looked up only if the first polls do not suffice)
             try:
-                for _ in range(polls):
-                    if test():
-                        self._done_loose(task)
-                        return
-                spin = self.settings.spin_us * 1e-6
-                if timeout is not None:
-                    spin = min(spin, timeout)
-                deadline = time.monotonic() + spin
-                while spin > 0 and time.monotonic() < deadline:
+                while True:
                     for _ in range(polls):
                         if test():
                             self._done_loose(task)
                             return
+                    now = time.monotonic()
+                    if deadline is None:
+                        spin = self.settings.spin_us * 1e-6
+                        deadline = now + (spin if timeout is None else min(spin, timeout))
+                    if now >= deadline:
+                        break
             except Exception as exc:       # MPI's error: the engine explains it
                 self._adopt_loose(task, poll_error=exc)
                 return

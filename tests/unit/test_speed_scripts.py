@@ -39,3 +39,11 @@ def test_bench_divergent_checks_every_row():
             if line.split()[:1] in (["latin"], ["abba"], ["mixed"])]
     assert len(rows) == 6, proc.stdout
     assert all(line.endswith(" ok") for line in rows), proc.stdout
+
+
+def test_floor_small_checks_every_row():
+    proc = launch.run(2, [str(SCRIPTS / "floor_small.py"), "200"], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for line in ("MPI Iallreduce + Waitall", "MPI persistent Start + Test", "stripped hpccoll",
+                 "hpccoll "):
+        assert line in proc.stdout, proc.stdout
