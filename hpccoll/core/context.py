@@ -260,6 +260,10 @@ class Context:
     def _register(self, comm: Communicator) -> None:
         self._comms.append(comm)
         self._by_uid[comm.uid] = comm._state
+        # a peer's collective on it may have failed before it was registered here
+        payload = self._engine.unclaimed.pop(comm.uid, None)
+        if payload is not None:
+            comm._state.stop(self._engine.failure_notice(comm._state, payload))
 
     def _unregister(self, comm: Communicator) -> None:
         if comm in self._comms:

@@ -100,6 +100,7 @@ class Engine:
         self.flight = Recorder(settings.flight_entries) if settings.flight_entries else None
         self._live = 0
         self.app_active = 0.0             # when the application last issued or waited
+        self.unclaimed: dict = {}         # uid -> failure notice of a communicator not made yet
         self._served = 0.0                # when control messages were last served
         # started collectives MPI runs itself that no engine pass polls yet (insertion
         # order: oldest first); only application threads holding ``xlock`` touch them, and
@@ -594,12 +595,27 @@ class Engine:
         self._complete(task)
 
     def _on_failed_notice(self, payload) -> None:
-        uid, ident, rank, text = payload
+        uid = payload[0]
         state = self.ctx._state_by_uid(uid)
-        if state is not None and state.broken is None:
-            self.break_comm(state, HpcCollError(
-                f"collective {ident} failed on rank {rank} ({text}); communicator "
-                f"{state.name!r} is unusable"))
+        if state is None:
+            # not registered here yet: the peer failed its first collective while this
+            # rank was still inside the dup()/split() that makes the communicator (its
+            # last collective call returns at different times on different ranks).  Kept
+            # for Context._register, which breaks it on arrival; looked up once more in
+            # case it registered meanwhile (each side publishes, then looks)
+            self.unclaimed[uid] = payload
+            state = self.ctx._state_by_uid(uid)
+            if state is None or self.unclaimed.pop(uid, None) is None:
+                return
+        if state.broken is None:
+            self.break_comm(state, self.failure_notice(state, payload))
+
+    @staticmethod
+    def failure_notice(state, payload) -> HpcCollError:
+        """The error a peer's failure notice (TAG_FAILED) makes of communicator ``state``."""
+        _, ident, rank, text = payload
+        return HpcCollError(f"collective {ident} failed on rank {rank} ({text}); communicator "
+                            f"{state.name!r} is unusable")
 
     def _complete(self, task, admitted: bool = True) -> None:
         """Hand a finished task back to its Work, exactly once; the task keeps nothing of

@@ -232,3 +232,44 @@ def test_local_failure_reaches_every_member_promptly(mpi_world):
         # other communicators are unaffected
         np.testing.assert_array_equal(ctx.world.allreduce(np.ones(2)).wait(timeout=30),
                                       np.full(2, ctx.size))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_failure_before_the_communicator_exists_here_still_reaches_this_rank(mpi_world,
+                                                                               monkeypatch):
+    """A peer's first collective on a new communicator can fail, and its notice arrive,
+    before this rank's dup() has registered the communicator (the last collective call
+    of dup() returns at different times on different ranks): the notice is kept, and the
+    communicator is broken on arrival, so this rank's collective fails at once too instead
+    of waiting for the watchdog (it was dropped, one run in six or so on a loaded node).
+    Rank 0 registers only once the notice is in."""
+    import time
+    from hpccoll.core import context as ctx_mod
+    from hpccoll.engine import lane
+    with hpccoll.init(timeout=60, mpi_coll_bytes=0) as ctx:
+        if ctx.rank == 0:
+            real = ctx_mod.Context._register
+
+            def late(self, comm):
+                deadline = time.monotonic() + 10
+                while (comm.name == "late" and comm.uid not in self._engine.unclaimed
+                       and time.monotonic() < deadline):
+                    time.sleep(0.005)
+                real(self, comm)
+            monkeypatch.setattr(ctx_mod.Context, "_register", late)
+        original = lane.HostOps.copy
+        if ctx.rank == 1:
+            def broken(dst, src):
+                raise FloatingPointError("injected")
+            lane.HostOps.copy = staticmethod(broken)
+        try:
+            comm = ctx.world.dup(name="late")
+            t0 = time.monotonic()
+            with pytest.raises(hpccoll.HpcCollError, match="failed on rank 1|injected"):
+                comm.allreduce(np.ones(16, np.float64)).wait(timeout=30)
+            assert time.monotonic() - t0 < 10
+        finally:
+            lane.HostOps.copy = original
+        assert comm.broken is not None
+        np.testing.assert_array_equal(ctx.world.allreduce(np.ones(2)).wait(timeout=30),
+                                      np.full(2, ctx.size))
