@@ -174,9 +174,10 @@ class Engine:
     # timeout report's view, close() and free().
     def wait_loose(self, task, timeout: float | None) -> None:
         """Work.wait() on a loose task: poll it right here for ``spin_us`` (for
-        ``spin_polls`` polls where spinning is off, and never past ``timeout``); if it is
-        not done by then, or the engine has other work, the engine adopts it, and the
-        waiter drives as for any task."""
+        ``spin_polls`` polls where spinning is off, and never past ``timeout``), then,
+        where ranks outnumber cores, for ``yield_polls`` polls with ``sched_yield`` between
+        them; if it is not done by then, or the engine has other work, the engine adopts
+        it, and the waiter drives as for any task."""
         xlock = self.xlock
         xlock.acquire()
         try:
@@ -188,7 +189,8 @@ class Engine:
                 self._adopt_loose(task)
                 return
             test = task.lane.req.Test
-            polls = self.settings.spin_polls
+            s = self.settings
+            polls = s.spin_polls or 1
             deadline = None         # (looked up only if the first polls do not suffice)
             try:
                 while True:
@@ -198,10 +200,19 @@ class Engine:
                             return
                     now = time.monotonic()
                     if deadline is None:
-                        spin = self.settings.spin_us * 1e-6
+                        spin = s.spin_us * 1e-6
                         deadline = now + (spin if timeout is None else min(spin, timeout))
                     if now >= deadline:
                         break
+                if s.yield_polls and _YIELD is not None and timeout is None:
+                    # ranks outnumber cores (spinning is off): the peer this waits for is
+                    # likely ready to run on this core; hand it over between polls, as
+                    # drive() does, before the engine takes the task over
+                    for _ in range(s.yield_polls):
+                        _YIELD()
+                        if test():
+                            self._done_loose(task)
+                            return
             except Exception as exc:       # MPI's error: the engine explains it
                 self._adopt_loose(task, poll_error=exc)
                 return
