@@ -116,6 +116,7 @@ class Communicator:
             st.usable()
         if key is not None or blocks is not None:
             key, blocks = self._extras(key, blocks)
+        # (_read unrolled: the most frequent call of all)
         if recvbuf is None:
             call = validate.allreduce(st, sendbuf, recvbuf, op)
         else:
@@ -129,13 +130,8 @@ class Communicator:
     def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None, blocks=None) -> Work:
         st = self._ready()
         key, blocks = self._extras(key, blocks)
-        recent = self._recent["reduce"]
-        call = None if recvbuf is None else recent.get(sendbuf, recvbuf, op, root)
-        if call is None:
-            call = validate.reduce(st, sendbuf, recvbuf, op, root)
-            if recvbuf is not None:
-                recent.keep(call, sendbuf, recvbuf, op, root)
-        return st.issue(call, key, blocks)
+        return st.issue(self._read("reduce", validate.reduce, st, sendbuf, recvbuf, op, root),
+                        key, blocks)
 
     def broadcast(self, buf, root=0, key=None, blocks=None) -> Work:
         st = self._ready()
@@ -147,33 +143,34 @@ class Communicator:
         return st.issue(call, key, blocks)
 
     def allgather(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
-        return self._simple("allgather", validate.allgather, sendbuf, recvbuf, key, blocks)
+        st = self._ready()
+        key, blocks = self._extras(key, blocks)
+        return st.issue(self._read("allgather", validate.allgather, st, sendbuf, recvbuf),
+                        key, blocks)
 
     def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
         st = self._ready()
         key, blocks = self._extras(key, blocks)
-        recent = self._recent["reduce_scatter"]
-        call = None if recvbuf is None else recent.get(sendbuf, recvbuf, op)
-        if call is None:
-            call = validate.reduce_scatter(st, sendbuf, recvbuf, op)
-            if recvbuf is not None:
-                recent.keep(call, sendbuf, recvbuf, op)
-        return st.issue(call, key, blocks)
+        return st.issue(self._read("reduce_scatter", validate.reduce_scatter, st, sendbuf,
+                                   recvbuf, op), key, blocks)
 
     def alltoall(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
-        return self._simple("alltoall", validate.alltoall, sendbuf, recvbuf, key, blocks)
-
-    def _simple(self, coll, check, sendbuf, recvbuf, key, blocks) -> Work:
-        """A collective of two arrays and nothing else (allgather, alltoall)."""
         st = self._ready()
         key, blocks = self._extras(key, blocks)
+        return st.issue(self._read("alltoall", validate.alltoall, st, sendbuf, recvbuf),
+                        key, blocks)
+
+    def _read(self, coll, check, st, sendbuf, recvbuf, *extra):
+        """The Call of a collective of a send and a receive array and ``extra`` arguments
+        (op, root): ``check``'s reading, or the kept one of the same arrays
+        (validate.Recent; never for an allocated result)."""
+        if recvbuf is None:
+            return check(st, sendbuf, recvbuf, *extra)
         recent = self._recent[coll]
-        call = None if recvbuf is None else recent.get(sendbuf, recvbuf)
+        call = recent.get(sendbuf, recvbuf, *extra)
         if call is None:
-            call = check(st, sendbuf, recvbuf)
-            if recvbuf is not None:
-                recent.keep(call, sendbuf, recvbuf)
-        return st.issue(call, key, blocks)
+            call = recent.keep(check(st, sendbuf, recvbuf, *extra), sendbuf, recvbuf, *extra)
+        return call
 
     def barrier(self, key=None) -> Work:
         st = self._ready()

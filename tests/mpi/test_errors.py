@@ -3,6 +3,8 @@
 The mismatch tests run under both checks: "every" (the mismatched call itself raises)
 and "deferred", the default (the mismatched call, or one of the next mismatch_every on
 its communicator, raises: the documented bound)."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -205,28 +207,36 @@ def test_unknown_option_is_rejected():
         hpccoll.init(policy="lifo")
 
 
+@contextlib.contextmanager
+def copies_fail_on(rank: int, me: int):
+    """On ``rank`` (this rank is ``me``), every local copy of hpccoll's own algorithms
+    raises (a failure of one rank alone); restored on leaving."""
+    from hpccoll.engine import lane
+    original = lane.HostOps.copy
+    if me == rank:
+        def broken(dst, src):
+            raise FloatingPointError("injected")
+        lane.HostOps.copy = staticmethod(broken)
+    try:
+        yield
+    finally:
+        lane.HostOps.copy = original
+
+
 @pytest.mark.mpi(min_size=2)
 def test_local_failure_reaches_every_member_promptly(mpi_world):
     """A collective that fails on one rank only (here: its first local copy raises, before
     it sent anything) fails on every member at once, naming that rank, instead of leaving
     them to their watchdog."""
     import time
-    from hpccoll.engine import lane
     with hpccoll.init(timeout=60, mpi_coll_bytes=0) as ctx:
         comm = ctx.world.dup(name="fragile")
-        original = lane.HostOps.copy
-        if ctx.rank == 1:
-            def broken(dst, src):
-                raise FloatingPointError("injected")
-            lane.HostOps.copy = staticmethod(broken)
-        try:
+        with copies_fail_on(1, ctx.rank):
             t0 = time.monotonic()
             with pytest.raises(hpccoll.HpcCollError) as info:
                 comm.allreduce(np.ones(16, np.float64)).wait(timeout=30)
             assert time.monotonic() - t0 < 10          # long before the 60 s watchdog
             assert "injected" in str(info.value) or "failed on rank 1" in str(info.value)
-        finally:
-            lane.HostOps.copy = original
         with pytest.raises(ContextClosed, match="unusable"):
             comm.barrier()
         # other communicators are unaffected
@@ -245,7 +255,6 @@ def test_a_failure_before_the_communicator_exists_here_still_reaches_this_rank(m
     Rank 0 registers only once the notice is in."""
     import time
     from hpccoll.core import context as ctx_mod
-    from hpccoll.engine import lane
     with hpccoll.init(timeout=60, mpi_coll_bytes=0) as ctx:
         if ctx.rank == 0:
             real = ctx_mod.Context._register
@@ -257,19 +266,12 @@ def test_a_failure_before_the_communicator_exists_here_still_reaches_this_rank(m
                     time.sleep(0.005)
                 real(self, comm)
             monkeypatch.setattr(ctx_mod.Context, "_register", late)
-        original = lane.HostOps.copy
-        if ctx.rank == 1:
-            def broken(dst, src):
-                raise FloatingPointError("injected")
-            lane.HostOps.copy = staticmethod(broken)
-        try:
+        with copies_fail_on(1, ctx.rank):
             comm = ctx.world.dup(name="late")
             t0 = time.monotonic()
             with pytest.raises(hpccoll.HpcCollError, match="failed on rank 1|injected"):
                 comm.allreduce(np.ones(16, np.float64)).wait(timeout=30)
             assert time.monotonic() - t0 < 10
-        finally:
-            lane.HostOps.copy = original
         assert comm.broken is not None
         np.testing.assert_array_equal(ctx.world.allreduce(np.ones(2)).wait(timeout=30),
                                       np.full(2, ctx.size))
