@@ -98,6 +98,35 @@ def test_registered_buffers_every_form(sctx, mpi_world):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_every_collective_starts_on_the_first_slot(mpi_world):
+    """Collectives of one, two and three epochs in a row (128 KiB slots), each on the
+    same slot as the others' first epoch (the epoch base rounded up to the slot count),
+    in place and not, ordinary and registered: results exact against MPI."""
+    with hpccoll.init(trace=True, timeout=60, shm_slot_bytes=128 << 10) as ctx:
+        w = ctx.world
+        r = w.rank
+        area = w._state.shm["area"]
+        per_slot = (128 << 10) // 4
+        for k, epochs in enumerate([1, 3, 2, 1, 2, 3, 1, 1]):
+            count = per_slot * epochs - 7 * k - 3       # not a multiple of the slot
+            x = ints(count, r, k)
+            want = np.empty_like(x)
+            mpi_world.Allreduce(x, want)
+            if k % 3 == 2:
+                got = ctx.empty(count, np.float32)
+                got[:] = x
+                w.allreduce(got, got).wait()
+            elif k % 3 == 1:
+                got = x.copy()
+                w.allreduce(got, got).wait()
+            else:
+                got = w.allreduce(x).wait()
+            np.testing.assert_array_equal(got, want)
+            assert area.epoch % area.slots == 0, (k, area.epoch)
+        assert algos(ctx) == {("allreduce", "shm")}
+
+
+@pytest.mark.mpi(min_size=2)
 def test_registered_used_asymmetrically_is_a_mismatch(mpi_world):
     with hpccoll.init(timeout=30, check_mismatch="every") as ctx:
         a = ctx.empty(N, np.float32)
