@@ -132,7 +132,7 @@ def persistent_set(state, call) -> PersistentSet:
 class Plan:
     __slots__ = ("coll", "dtype", "count", "op", "root", "inplace", "algo", "program", "spec",
                  "nbytes", "fp", "fp_hash", "recipe", "early", "shared", "registered", "backend",
-                 "blocks", "device", "inline", "reg_matters")
+                 "blocks", "device", "inline", "reg_matters", "ops", "rt")
 
     def lane(self, state, call, tag, mpi_comm):
         """The lane of one call (engine/lane.py); the caller holds the state's lock."""
@@ -148,17 +148,19 @@ class Plan:
             return _device_lane(self, state, call, tag, mpi_comm)
         program = self.program
         dt = self.dtype
-        ops = _host_ops(self.blocks)
         raw = state.pool.get(program.scratch * dt.itemsize) if program.scratch else None
         scratch = raw[:program.scratch * dt.itemsize].view(dt) if raw is not None else _NO_SCRATCH
         lane = _lanes.ProgramLane(program, [call.send, call.recv, scratch], self.op, mpi_comm,
-                                 tag, ops)
+                                 tag, self.ops)
         lane.pool, lane._pooled = state.pool, raw
         if self.shared:
             # epochs follow issue order on the communicator: the same on every rank
             area = state.shm["area"]
-            lane.shm = _shm_runtime(state, area.epoch, self.registered if self.spec.registered
-                                    else None)
+            rt = self.rt
+            if rt is None:     # one per plan: its typed views of the slots are made once
+                rt = self.rt = _shm_runtime(state, self.registered if self.spec.registered
+                                            else None)
+            lane.shm, lane.base = rt, area.epoch
             # the next collective starts on the same slot, however many epochs this one
             # took: a repeated collective reuses memory still in cache instead of
             # alternating between slots (1 MiB allreduce: 4% less time; the stage wait
@@ -193,9 +195,10 @@ def _host_ops(blocks):
     return HostOps if blocks is None else CpuKernelOps(blocks)
 
 
-def _shm_runtime(state, base, reg):
-    """Run-time state of a shared-memory collective: peers' registered buffers are the
-    same offsets of their own segments (allocations are symmetric)."""
+def _shm_runtime(state, reg):
+    """What a plan's shared-memory collectives need at run time, whatever their epoch
+    base: peers' registered buffers are the same offsets of their own segments
+    (allocations are symmetric)."""
     from ..engine.lane import Shm
     shm = state.shm
     peer_send = peer_recv = None
@@ -205,7 +208,7 @@ def _shm_runtime(state, base, reg):
         (sa, so, sn), (ra, ro, rn) = reg.send, reg.recv
         peer_send = [sa.segs[i][so:so + sn].view(reg.dtype) for i in nodes]
         peer_recv = [ra.segs[i][ro:ro + rn].view(reg.dtype) for i in nodes]
-    return Shm(shm["area"], base, shm["local"], peer_send, peer_recv)
+    return Shm(shm["area"], shm["local"], peer_send, peer_recv)
 
 
 def _device_lane(plan, state, call, tag, mpi_comm):
@@ -278,6 +281,7 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
     plan.shared, plan.registered, plan.device = shared, reg, on_device
     plan.reg_matters = reg_matters
     plan.inline = nbytes <= s.inline_bytes
+    plan.ops = plan.rt = None
     count = call.count if call.fp_count is None else call.fp_count
     plan.fp = (COLLECTIVES.index(coll) + 1, dtype_code(dt), count, call.root, op_code(call.op),
                0,
@@ -310,6 +314,8 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
         plan.backend = "numba-cpu"
     else:
         plan.backend = "numpy"
+    if plan.recipe is None and not on_device:
+        plan.ops = _host_ops(blocks)        # (made once: an import and, with blocks, an object)
     plan.blocks = blocks
     # MPI runs it: no execution slot, so it may start at once on the calling thread
     plan.early = plan.recipe is not None

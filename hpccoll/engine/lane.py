@@ -232,13 +232,14 @@ class MpiLane(Lane):
 
 # -- step machines over host arrays ----------------------------------------------------------
 class Shm:
-    """What a shared-memory program needs at run time: the communicator's area, this
-    collective's epoch base, the map from local index to communicator rank, and peers'
-    registered buffers (typed views), when the collective uses them."""
-    __slots__ = ("area", "base", "local", "peer_send", "peer_recv", "slots")
+    """What a plan's shared-memory programs need at run time: the communicator's area, the
+    map from local index to communicator rank, peers' registered buffers (typed views),
+    when the collective uses them, and typed views of the slots, made on first use and
+    kept (each collective's epoch base is its lane's)."""
+    __slots__ = ("area", "local", "peer_send", "peer_recv", "slots")
 
-    def __init__(self, area, base, local, peer_send=None, peer_recv=None):
-        self.area, self.base, self.local = area, base, local
+    def __init__(self, area, local, peer_send=None, peer_recv=None):
+        self.area, self.local = area, local
         self.peer_send, self.peer_recv = peer_send, peer_recv
         self.slots = {}
 
@@ -247,8 +248,8 @@ class ProgramLane(Lane):
     """One program being executed on host arrays: ``bufs`` are the send, receive and
     scratch arrays (flat, typed like the collective's data)."""
     __slots__ = ("program", "bufs", "_bytes", "itemsize", "op", "mpi", "tag", "pc", "inflight",
-                 "waiting", "waits_done", "bytes_moved", "ops", "shm", "pool", "_pooled",
-                 "holds")
+                 "waiting", "waits_done", "bytes_moved", "ops", "shm", "base", "pool",
+                 "_pooled", "holds")
 
     def __init__(self, program, bufs, op, mpi_comm, tag, ops=HostOps):
         self.program = program
@@ -265,6 +266,7 @@ class ProgramLane(Lane):
         self.waits_done = 0
         self.bytes_moved = 0
         self.shm = None
+        self.base = 0           # the epoch before this collective's first (shared memory)
         self.pool = None        # where the scratch buffer goes back to (BufferPool)
         self._pooled = None
         self.holds = None       # the communicator's shared slots (Gate), when it uses them
@@ -301,7 +303,7 @@ class ProgramLane(Lane):
         """A peer's slot or registered buffer, typed like this collective's data."""
         shm = self.shm
         if b[0] == SLOT:
-            index = (shm.base + b[2]) % shm.area.slots
+            index = (self.base + b[2]) % shm.area.slots
             key = (b[1], index)
             view = shm.slots.get(key)
             if view is None:
@@ -315,7 +317,7 @@ class ProgramLane(Lane):
         w = self.waiting
         if w.__class__ is int:
             return self._test(self.inflight[w][0])
-        return self.shm.area.reached(w.flag, self.shm.base + w.epoch, w.peers)
+        return self.shm.area.reached(w.flag, self.base + w.epoch, w.peers)
 
     def _post(self, p):
         reqs = transport.post(self.mpi, self.tag, p.sends, p.recvs, self._view)
@@ -362,12 +364,12 @@ class ProgramLane(Lane):
             elif kind is Scale:
                 ops.scale(self._arr(p.dst), self._arr(p.src), p.divisor)
             elif kind is WaitFlags:
-                if not self.shm.area.reached(p.flag, self.shm.base + p.epoch, p.peers):
+                if not self.shm.area.reached(p.flag, self.base + p.epoch, p.peers):
                     self.waiting = p
                     return self.pc != start
                 self.waits_done += 1
             elif kind is Signal:
-                self.shm.area.signal(p.flag, self.shm.base + p.epoch)
+                self.shm.area.signal(p.flag, self.base + p.epoch)
             elif kind is ReduceN:
                 ops.reduce_n(self.op, self._arr(p.dst), [self._arr(r) for r in p.srcs],
                              p.divisor)
@@ -380,7 +382,7 @@ class ProgramLane(Lane):
         recv_from, send_to = set(), set()
         w = self.waiting
         if isinstance(w, WaitFlags):
-            late = self.shm.area.behind(w.flag, self.shm.base + w.epoch, w.peers)
+            late = self.shm.area.behind(w.flag, self.base + w.epoch, w.peers)
             return {self.shm.local[q] for q in late}, send_to
         if w is not None and w in self.inflight:
             reqs, descr, _ = self.inflight[w]
