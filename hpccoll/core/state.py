@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from functools import partial
 from typing import Optional
+from weakref import ref as _weakref
 
 import numpy as np
 
@@ -58,7 +59,10 @@ class CommState:
         self.freed = False
         self.ok = True                 # none of: closed, engine broken, broken, freed, no member
         self.seq = 0
-        self.last = None               # the last order-matched task (start order)
+        # the last order-matched task, while it may not have started (start order): a
+        # weak reference (a task that is gone has finished), or None once it started, so
+        # that a finished collective's result is not kept alive here
+        self.last = None
         self.live_keys: dict = {}
         self.key_uses: dict = {}       # key -> how many times it was issued (ordered policy)
         self.plans: dict = {}
@@ -190,7 +194,7 @@ class CommState:
             value = cache.pop(key, None)
             if isinstance(value, plans.PersistentSet):
                 self.orphans += [s for s in value.slots if s.req is not None]
-        if self.orphans and (self.last is None or started(self.last)):
+        if self.orphans and started(self._last()):
             self.orphans = self._free_slots(self.orphans)
 
     @staticmethod
@@ -238,11 +242,13 @@ class CommState:
                     elif ledger.due(seq):
                         check = self._check(digest, ledger.padded(ledger.every), tag)
                 prev = self.last
-                if started(prev):
-                    prev = None
+                if prev is not None:
+                    prev = prev()
+                    if started(prev):
+                        prev = None
                 task = self.Task(engine, self, plan, seq, None, lane, call.result, check, prev,
                                  gated)
-                self.last = task
+                self.last = None       # (started below) or a weak reference (queued)
                 # MPI runs it: start it here unless something of this communicator is
                 # queued before it, or the persistent request it takes is still busy
                 if (plan.early and prev is None and engine.early
@@ -260,6 +266,8 @@ class CommState:
                     elif engine.start_now(task):
                         return task
             if error is None:
+                if key is None:
+                    self.last = _weakref(task)
                 engine.submit(task, inline=plan.inline and engine.idle())
         if error is not None:          # (the engine's lock after ours: never inside)
             with engine.lock:
@@ -290,7 +298,7 @@ class CommState:
             lock = self.lock
             lock.acquire()
             try:
-                prev = self.last
+                prev = self._last()
                 seq = self.seq
                 ledger = self.ledger
                 pset = None if recipe.persist is None else self.persistent(recipe.persist, call)
@@ -350,6 +358,11 @@ class CommState:
     def _check(self, value, rows, tag, direct=False):
         from ..engine.check import CheckLane
         return CheckLane(value, rows, self, self.data, tag + 1, direct)
+
+    def _last(self):
+        """The last order-matched task if it may not have started yet, else None."""
+        last = self.last
+        return None if last is None else last()
 
     def _keyed(self, plan, call, key):
         """A keyed collective: matched by its key's message tag (the upper half)."""

@@ -479,10 +479,8 @@ class Engine:
                     self._resume.wait(self._park)
                     idle = 0
                     continue
-                if self.loose:
-                    oldest = next(iter(self.loose), None)
-                    if oldest is not None and time.monotonic() - oldest.t_issue > LOOSE_AGE:
-                        self.adopt_loose(blocking=False)   # nobody waits for it: take it
+                if self.loose and self._loose_old():
+                    self.adopt_loose(blocking=False)   # nobody waits for it: take it
                 now = time.monotonic()
                 quiet = now - self.app_active
                 if quiet < APP_GRACE and not self.sq and self._report is None and not self._stop:
@@ -534,6 +532,15 @@ class Engine:
                     t.fail(err)
                     self._complete(t, admitted=t in self.policy.live())
             self.run_callbacks()
+
+    def _loose_old(self) -> bool:
+        """The oldest loose collective is older than LOOSE_AGE.  (A method: a local of
+        the daemon's loop would keep the task, and so its result, alive while it parks.)"""
+        try:
+            oldest = next(iter(self.loose), None)
+        except RuntimeError:    # an application thread changed it meanwhile: next time
+            return False
+        return oldest is not None and time.monotonic() - oldest.t_issue > LOOSE_AGE
 
     def _pass(self) -> bool:
         progressed = False

@@ -2,6 +2,8 @@
 (issue 18's findings on the new core): a finished collective keeps no memory alive,
 free() lets pending collectives complete, a registered array stays valid after close(),
 a done-callback may wait for a collective, bad registered allocations raise clearly."""
+import time
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -28,6 +30,41 @@ def test_results_nobody_keeps_are_freed():
         for _ in range(20):
             ctx.world.allreduce(x).wait()
         assert rss_mib() - before < 3 * 16       # 20 iterations of 16 MiB would be 320
+
+
+def freed(refs, seconds: float = 5.0) -> bool:
+    """Whether the weakly referenced objects are gone, within ``seconds`` (the thread
+    that completed a collective may hold it in a local variable for a moment longer)."""
+    import gc
+    deadline = time.monotonic() + seconds
+    while any(r() is not None for r in refs):
+        if time.monotonic() > deadline:
+            return False
+        gc.collect()
+        time.sleep(0.001)
+    return True
+
+
+@pytest.mark.parametrize("policy", ["preemptive", "ordered", "fifo"])
+def test_the_last_result_is_not_kept_alive(policy):
+    """A result the program dropped is freed at once, not when the communicator's next
+    collective comes (the communicator kept its last task, and the preemptive policy the
+    last one it scheduled): MPI's own collective (8 B), shared-memory programs (280 KiB,
+    1 MiB), allocated and in place."""
+    import weakref
+    with hpccoll.init(timeout=60, policy=policy) as ctx:
+        comm = ctx.world.dup()
+        for n in (2, 70_001, 1 << 18):
+            out = comm.allreduce(np.ones(n, np.float32)).wait()
+            assert out[0] == ctx.size
+            buf = np.ones(n, np.float32)
+            comm.allreduce(buf, buf).wait()
+            gone = [weakref.ref(out)]
+            if n * 4 > 64 << 10:     # (smaller arrays passed again and again are kept
+                gone.append(weakref.ref(buf))     # until other arrays come, by design)
+            del out, buf
+            assert freed(gone), n
+        comm.free()
 
 
 def test_free_lets_pending_collectives_complete(mpi_world):

@@ -82,6 +82,10 @@ class PreemptivePolicy(Policy):
         return list(self.queue) + [t for t in self.detached if t.adopted]
 
     def remove(self, task) -> None:
+        if task is self.last:       # (nor do these keep a finished collective's result)
+            self.last = None
+        if task is self.head:
+            self.head = None
         if task.adopted:
             del self.detached[task]
             return
