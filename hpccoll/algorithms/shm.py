@@ -84,6 +84,41 @@ def allreduce(spec: Spec):
         yield WaitFlags(CONSUMED, last, peers)   # nobody reads my buffers after wait()
 
 
+def reduce(spec: Spec):
+    """allreduce's first half, then the root gathers: each rank reduces one part of every
+    chunk reading its peers' slots in place, into the root's receive buffer (the root's
+    part) or its own slot (the others'), and the root copies those parts out.  Always
+    staged: a reduce's receive buffer is the root's alone, so registered buffers would not
+    let every rank read every other's in place."""
+    r, n, root = spec.rank, spec.size, spec.root
+    peers = _others(spec)
+    for c, (lo, length) in enumerate(chunk_ranges(spec.count, spec.chunk)):
+        e = c + 1
+        parts = partition(length, n)
+        yield from _stage(spec, e, peers)
+        for q in peers:
+            qo, ql = parts[q]
+            if ql:
+                yield Copy(Region((SLOT, r, e), qo, ql), Region(SEND, lo + qo, ql))
+        yield Signal(READY, e)
+        yield WaitFlags(READY, e, peers)
+        po, pl = parts[r]
+        if pl:
+            dst = Region(RECV, lo + po, pl) if r == root else Region((SLOT, r, e), po, pl)
+            yield ReduceN(dst, tuple(Region(SEND, lo + po, pl) if q == r
+                                     else Region((SLOT, q, e), po, pl) for q in _order(spec)),
+                          n if spec.avg else 0)
+        yield Signal(REDUCED, e)
+        if r == root:
+            # (in place, RECV is SEND: the parts it overwrites were staged above)
+            yield WaitFlags(REDUCED, e, peers)
+            for q in peers:
+                qo, ql = parts[q]
+                if ql:
+                    yield Copy(Region(RECV, lo + qo, ql), Region((SLOT, q, e), qo, ql))
+        yield Signal(CONSUMED, e)
+
+
 def reduce_scatter(spec: Spec):
     """Input n blocks of m; rank r reduces block r reading every peer's block r in place."""
     r, n, m = spec.rank, spec.size, spec.count

@@ -127,6 +127,47 @@ def test_every_collective_starts_on_the_first_slot(mpi_world):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_reduce_through_shared_memory_every_root_and_form(sctx, mpi_world):
+    """reduce takes shared memory above 64 KiB: every root, sum, max and avg, in place at
+    the root, one and several epochs (64 KiB slots), against MPI's own; registered
+    buffers on some ranks only are the same collective (it stages either way), even with
+    the per-call check."""
+    w = sctx.world
+    n, r = w.size, w.rank
+    algos(sctx)
+    for count in (N, 3 * N + 1):
+        for root in range(n):
+            for op, mop in (("sum", MPI.SUM), ("max", MPI.MAX)):
+                x = ints(count, r, root)
+                want = np.empty_like(x)
+                mpi_world.Reduce(x, want, op=mop, root=root)
+                got = w.reduce(x, op=op, root=root).wait()
+                if r == root:
+                    np.testing.assert_array_equal(got, want)
+                inplace = x.copy()
+                w.reduce(inplace, inplace, op=op, root=root).wait()
+                if r == root:
+                    np.testing.assert_array_equal(inplace, want)
+            x = ints(count, r, 1).astype(np.float64)
+            want = np.empty_like(x)
+            mpi_world.Reduce(x / n, want, root=root)
+            got = w.reduce(x, op="avg", root=root).wait()
+            if r == root:
+                np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert algos(sctx) == {("reduce", "shm")}
+    with hpccoll.init(timeout=30, check_mismatch="every") as ctx:
+        src = ints(N, r, 4)
+        want = np.empty_like(src)
+        mpi_world.Reduce(src, want, root=n - 1)
+        registered = ctx.empty(N, np.float32)       # (an allocation every rank makes)
+        x = registered if r % 2 else np.empty(N, np.float32)
+        x[:] = src
+        got = ctx.world.reduce(x, x, root=n - 1).wait()
+        if r == n - 1:
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.mpi(min_size=2)
 def test_registered_used_asymmetrically_is_a_mismatch(mpi_world):
     with hpccoll.init(timeout=30, check_mismatch="every") as ctx:
         a = ctx.empty(N, np.float32)

@@ -129,10 +129,14 @@ def test_the_algorithm_table_takes_a_pick_only_where_it_can_run():
 
 
 def test_the_built_in_table_follows_the_measurements():
-    """MPI's own reduce and reduce_scatter up to mpi_coll_bytes; MPI's own allgather at
-    every size except large registered buffers (docs/performance.md)."""
+    """MPI's own reduce and reduce_scatter up to mpi_coll_bytes, shared memory above
+    (the ring without it); MPI's own allgather at every size except large registered
+    buffers (docs/performance.md)."""
     assert algorithms.select("reduce", _choice(64 << 10, "")) == "mpi"
-    assert algorithms.select("reduce", _choice(128 << 10, "")) == "ring"
+    assert algorithms.select("reduce", _choice(128 << 10, "")) == "shm"
+    assert algorithms.select("reduce", _choice(128 << 10, "", registered=True)) == "shm"
+    assert algorithms.select("reduce", _choice(128 << 10, "", shm="")) == "ring"
+    assert algorithms.select("reduce", _choice(8 << 10, "", registered=True)) == "mpi"
     assert algorithms.select("reduce_scatter", _choice(64 << 10, "")) == "mpi"
     assert algorithms.select("reduce_scatter", _choice(1 << 20, "")) == "shm"
     assert algorithms.select("allgather", _choice(16 << 20, "")) == "mpi"

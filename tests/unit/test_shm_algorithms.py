@@ -80,6 +80,36 @@ def test_reduce_scatter(n, registered):
 
 
 @pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_reduce(n, op):
+    """Every root, the root in place or not (the others never), more chunks than slots:
+    the root's result exact, every input untouched but the root's in place."""
+    for count, chunk, slots, base in [(0, 4, 2, 0), (1, 4, 2, 5), (23, 4, 2, 3),
+                                      (100, 7, 3, 11), (50, 5, 1, 0)]:
+        for root in range(n):
+            for inplace in (False, True):
+                xs = data(n, count, seed=count + root)
+                progs = [type("P", (), {"steps": tuple(shm.reduce(Spec(
+                    "reduce", r, n, count, chunk=chunk, slots=slots, root=root,
+                    inplace=inplace and r == root)))})() for r in range(n)]
+                bufs = []
+                for r, x in enumerate(xs):
+                    mine = x.copy()
+                    bufs.append([mine, mine if inplace and r == root
+                                 else np.full(count, 99, np.int64), None])
+                stepsim.run(progs, bufs, op=op, seed=root, base=base,
+                            slots=slot_arrays(n, slots, chunk, np.int64))
+                want = xs[0].copy()
+                for x in xs[1:]:
+                    want = np.add(want, x) if op == "sum" else np.maximum(want, x)
+                np.testing.assert_array_equal(bufs[root][RECV], want,
+                                              err_msg=f"root {root} count {count}")
+                for r in range(n):
+                    if not (inplace and r == root):
+                        np.testing.assert_array_equal(bufs[r][SEND], xs[r])
+
+
+@pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("registered", [False, True])
 @pytest.mark.parametrize("inplace", [False, True])
 def test_allgather(n, registered, inplace):
