@@ -50,10 +50,14 @@ def _shm(c: Choice) -> bool:
 
 
 def _shm_staged(c: Choice) -> bool:
-    """reduce: shared memory once a message pays for its flag rounds, registered or not
-    (it stages either way: shm.reduce).  Against the ring over point-to-point
-    (``hpccoll-tune calibrate``, 2 ranks): 256 KiB 68 against 87 us, 1 MiB 254 against
-    316, 4 MiB 772 against 1,012, 16 MiB 3.3 against 4.2 ms; 4 ranks alike."""
+    """reduce, broadcast: shared memory once a message pays for its flag rounds,
+    registered or not (they stage either way).  Broadcast takes it only where MPI's own
+    cannot run (float16) or a calibration picks it: MPICH's own is faster at 2 ranks at
+    every size (1 MiB 93 against 157 us), shared memory at 4 ranks from 4 MiB (4 MiB 733
+    against 1,609 us, 16 MiB 3,270 against 6,239; 4 ranks on 2 cores).  Reduce, against
+    the ring over point-to-point (``hpccoll-tune calibrate``, 2 ranks): 256 KiB 68
+    against 87 us, 1 MiB 254 against 316, 4 MiB 772 against 1,012, 16 MiB 3.3 against
+    4.2 ms; 4 ranks alike."""
     return c.shm == "flat" and c.nbytes >= c.shm_min_bytes
 
 
@@ -110,8 +114,8 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
                   ("ring", _always, ring.allreduce)],
     "reduce": [("mpi", _tiny, MPI), ("shm", _shm_staged, shm.reduce),
                ("binomial", _small, tree.reduce), ("ring", _always, ring.reduce)],
-    "broadcast": [("mpi", _native, MPI), ("binomial", _small, tree.broadcast),
-                  ("chain", _always, tree.broadcast_chain)],
+    "broadcast": [("mpi", _native, MPI), ("shm", _shm_staged, shm.broadcast),
+                  ("binomial", _small, tree.broadcast), ("chain", _always, tree.broadcast_chain)],
     "allgather": [("mpi", _gather, MPI), ("shm", _shm, shm.allgather),
                   ("bruck", _small, doubling.allgather), ("ring", _always, ring.allgather)],
     "reduce_scatter": [("mpi", _tiny, MPI), ("shm", _shm, shm.reduce_scatter),
@@ -127,7 +131,7 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
 ALGO_CODES = {name: i + 1 for i, name in enumerate(sorted(
     {name for rows in TABLE.values() for name, _, _ in rows} | {"direct"}))}
 SHM_ALGOS = frozenset({"shm", "hier"})
-STAGED = frozenset({"reduce"})     # shared-memory programs that never read peers' buffers
+STAGED = frozenset({"reduce", "broadcast"})     # shared-memory programs that never read peers' buffers
 # step machines that compute an average themselves (ReduceN's divisor); the others get
 # their input divided first (primitives.prescaled)
 _AVG_NATIVE = SHM_ALGOS

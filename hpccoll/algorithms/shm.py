@@ -84,6 +84,24 @@ def allreduce(spec: Spec):
         yield WaitFlags(CONSUMED, last, peers)   # nobody reads my buffers after wait()
 
 
+def broadcast(spec: Spec):
+    """The root copies each chunk into its slot; the others copy it out.  Staged whatever
+    the buffers are (as reduce)."""
+    r, root = spec.rank, spec.root
+    others = tuple(q for q in range(spec.size) if q != root)
+    for c, (lo, length) in enumerate(chunk_ranges(spec.count, spec.chunk)):
+        e = c + 1
+        staged = Region((SLOT, root, e), 0, length)
+        if r == root:
+            yield from _stage(spec, e, others)
+            yield Copy(staged, Region(RECV, lo, length))
+            yield Signal(READY, e)
+        else:
+            yield WaitFlags(READY, e, (root,))
+            yield Copy(Region(RECV, lo, length), staged)
+        yield Signal(CONSUMED, e)
+
+
 def reduce(spec: Spec):
     """allreduce's first half, then the root gathers: each rank reduces one part of every
     chunk reading its peers' slots in place, into the root's receive buffer (the root's

@@ -168,6 +168,42 @@ def test_reduce_through_shared_memory_every_root_and_form(sctx, mpi_world):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_broadcast_through_shared_memory(sctx, mpi_world):
+    """A broadcast takes shared memory where MPI's own cannot run it (float16) and where a
+    calibration picks it (here forced, as hpccoll-tune calibrate does): every root, one and
+    several epochs (64 KiB slots), registered buffers on some ranks only."""
+    w = sctx.world
+    n, r = w.size, w.rank
+    algos(sctx)
+    for count in (N, 3 * N + 1):
+        for root in range(n):
+            half = ints(count, root, 5, np.float16)
+            buf = half.copy() if r == root else np.zeros(count, np.float16)
+            assert w.broadcast(buf, root=root).wait() is buf
+            np.testing.assert_array_equal(buf, half)
+    assert algos(sctx) == {("broadcast", "shm")}
+    comm = w.dup(name="bcast-shm")
+    comm._state.prefer = {"broadcast": "shm"}
+    algos(sctx)                                     # (what dup itself ran)
+    registered = sctx.empty(3 * N + 1, np.float32)  # (an allocation every rank makes)
+    for count in (N, 3 * N + 1):
+        for root in range(n):
+            want = ints(count, root, 6)
+            if r % 2:
+                buf = registered[:count]
+                buf[:] = want if r == root else 0
+            else:
+                buf = want.copy() if r == root else np.zeros(count, np.float32)
+            comm.broadcast(buf, root=root).wait()
+            np.testing.assert_array_equal(buf, want)
+            ref = want.copy() if r == root else np.zeros(count, np.float32)
+            mpi_world.Bcast(ref, root=root)
+            np.testing.assert_array_equal(buf, ref)
+    assert {a for _, a in algos(sctx)} == {"shm"}
+    comm.free()
+
+
+@pytest.mark.mpi(min_size=2)
 def test_registered_used_asymmetrically_is_a_mismatch(mpi_world):
     with hpccoll.init(timeout=30, check_mismatch="every") as ctx:
         a = ctx.empty(N, np.float32)

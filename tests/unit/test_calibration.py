@@ -120,7 +120,7 @@ def test_the_algorithm_table_takes_a_pick_only_where_it_can_run():
     assert algorithms.select("allreduce", _choice(1 << 20, "hier")) == "shm"
     # a name that is not a candidate of this collective
     assert algorithms.select("reduce", _choice(8, "doubling")) == "mpi"
-    assert algorithms.select("broadcast", _choice(8, "shm")) == "mpi"
+    assert algorithms.select("broadcast", _choice(8, "dissemination")) == "mpi"
     assert algorithms.candidates("allreduce", _choice(8, "")) == ["mpi", "shm", "doubling",
                                                                    "ring"]
     assert algorithms.candidates("allreduce", _choice(8, "", shm="", native=False)) == [
@@ -137,6 +137,11 @@ def test_the_built_in_table_follows_the_measurements():
     assert algorithms.select("reduce", _choice(128 << 10, "", registered=True)) == "shm"
     assert algorithms.select("reduce", _choice(128 << 10, "", shm="")) == "ring"
     assert algorithms.select("reduce", _choice(8 << 10, "", registered=True)) == "mpi"
+    # broadcast: MPI's own wherever it runs; shared memory for what it cannot (float16)
+    assert algorithms.select("broadcast", _choice(16 << 20, "")) == "mpi"
+    assert algorithms.select("broadcast", _choice(1 << 20, "", native=False)) == "shm"
+    assert algorithms.select("broadcast", _choice(1 << 20, "", native=False, shm="")) == "chain"
+    assert algorithms.select("broadcast", _choice(1 << 20, "shm")) == "shm"
     assert algorithms.select("reduce_scatter", _choice(64 << 10, "")) == "mpi"
     assert algorithms.select("reduce_scatter", _choice(1 << 20, "")) == "shm"
     assert algorithms.select("allgather", _choice(16 << 20, "")) == "mpi"

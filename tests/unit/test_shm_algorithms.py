@@ -13,10 +13,11 @@ from tests import stepsim
 SIZES = [2, 3, 4, 5]
 
 
-def programs(fn, coll, n, count, chunk, slots=2, registered=False, inplace=False, avg=False):
+def programs(fn, coll, n, count, chunk, slots=2, registered=False, inplace=False, avg=False,
+             root=0):
     return [type("P", (), {"steps": tuple(fn(Spec(coll, r, n, count, chunk=chunk, slots=slots,
                                                    registered=registered, inplace=inplace,
-                                                   avg=avg)))})() for r in range(n)]
+                                                   avg=avg, root=root)))})() for r in range(n)]
 
 
 def slot_arrays(n, slots, chunk, dtype):
@@ -77,6 +78,26 @@ def test_reduce_scatter(n, registered):
         want = np.sum(xs, axis=0)
         for r in range(n):
             np.testing.assert_array_equal(bufs[r][RECV], want[r * m:(r + 1) * m])
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_broadcast(n):
+    """Every root, more chunks than slots, one slot: every rank ends with the root's data
+    (the others' buffers start as garbage), the root's untouched."""
+    for count, chunk, slots, base in [(0, 4, 2, 0), (1, 4, 2, 5), (23, 4, 2, 3),
+                                      (100, 7, 3, 11), (50, 5, 1, 0)]:
+        for root in range(n):
+            xs = data(n, count, seed=count + root)
+            progs = programs(shm.broadcast, "broadcast", n, count, chunk, slots, root=root)
+            bufs = []
+            for r, x in enumerate(xs):
+                buf = x.copy() if r == root else np.full(count, 99, np.int64)
+                bufs.append([buf, buf, None])
+            stepsim.run(progs, bufs, seed=root, base=base,
+                        slots=slot_arrays(n, slots, chunk, np.int64))
+            for r in range(n):
+                np.testing.assert_array_equal(bufs[r][RECV], xs[root],
+                                              err_msg=f"rank {r} root {root} count {count}")
 
 
 @pytest.mark.parametrize("n", SIZES)
