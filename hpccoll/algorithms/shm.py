@@ -39,6 +39,16 @@ def _stage(spec: Spec, e: int, peers: tuple):
     yield WaitFlags(CONSUMED, e - spec.slots, peers)
 
 
+def _stage_parts(spec: Spec, e: int, lo: int, parts, peers: tuple):
+    """Stage the parts of the chunk at ``lo`` that the peers reduce (this rank reduces its
+    own part straight from its private input), once the slot is free."""
+    yield from _stage(spec, e, peers)
+    for q in peers:
+        qo, ql = parts[q]
+        if ql:
+            yield Copy(Region((SLOT, spec.rank, e), qo, ql), Region(SEND, lo + qo, ql))
+
+
 def allreduce(spec: Spec):
     r, n, count = spec.rank, spec.size, spec.count
     peers = _others(spec)
@@ -54,13 +64,7 @@ def allreduce(spec: Spec):
             def out(q, o, k):
                 return Region(RECV if q == r else (PRECV, q), lo + o, k)
         else:
-            # stage only the parts the others reduce: this rank reduces its own part
-            # straight from its private input
-            yield from _stage(spec, e, peers)
-            for q in peers:
-                qo, ql = parts[q]
-                if ql:
-                    yield Copy(Region((SLOT, r, e), qo, ql), Region(SEND, lo + qo, ql))
+            yield from _stage_parts(spec, e, lo, parts, peers)
 
             def src(q, o, k, e=e, lo=lo):
                 return Region(SEND, lo + o, k) if q == r else Region((SLOT, q, e), o, k)
@@ -113,11 +117,7 @@ def reduce(spec: Spec):
     for c, (lo, length) in enumerate(chunk_ranges(spec.count, spec.chunk)):
         e = c + 1
         parts = partition(length, n)
-        yield from _stage(spec, e, peers)
-        for q in peers:
-            qo, ql = parts[q]
-            if ql:
-                yield Copy(Region((SLOT, r, e), qo, ql), Region(SEND, lo + qo, ql))
+        yield from _stage_parts(spec, e, lo, parts, peers)
         yield Signal(READY, e)
         yield WaitFlags(READY, e, peers)
         po, pl = parts[r]

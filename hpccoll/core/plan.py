@@ -266,14 +266,15 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
     reg_choice = choice._replace(registered=True,
                                  prefer=choice.prefer if reg is not None or on_device
                                  else _prefer(state, coll, nbytes, True))
-    # (reduce stages whatever its buffers are: shm.reduce)
+    # (reduce and broadcast stage whatever their buffers are, so where those live never
+    # changes their plan: they are never looked up, and ``reg`` is None for them)
     reg_matters = (coll not in algorithms.STAGED
                    and algorithms.select(coll, reg_choice) in algorithms.SHM_ALGOS)
     shared = algo in algorithms.SHM_ALGOS
     chunk = max(1, (s.shm_slot_bytes if shared else s.chunk_bytes) // itemsize)
     spec = Spec(coll, state.rank, size, call.count, chunk=chunk, depth=s.pipeline_depth,
                 root=call.root, avg=call.op == "avg", inplace=call.inplace, slots=s.shm_slots,
-                registered=shared and reg is not None and coll not in algorithms.STAGED,
+                registered=shared and reg is not None,
                 local=shm["local"] if shared else (), cross=(shm["cross"] or ()) if shared else (),
                 **dict(call.layout))
     plan = Plan()
