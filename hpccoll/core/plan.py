@@ -160,7 +160,9 @@ class Plan:
             if rt is None:     # one per plan: its typed views of the slots are made once
                 rt = self.rt = _shm_runtime(state, self.registered if self.spec.registered
                                             else None)
-            lane.shm, lane.base = rt, area.epoch
+                if self.ops is _lanes.HostOps:
+                    rt.code = _lanes._code.build(program, rt, dt, self.op)
+            lane.shm, lane.base, lane.code = rt, area.epoch, rt.code
             # the next collective starts on the same slot, however many epochs this one
             # took: a repeated collective reuses memory still in cache instead of
             # alternating between slots (1 MiB allreduce: 4% less time; the stage wait

@@ -31,7 +31,7 @@ from .pool import BufferPool
 PLAN_CACHE = 1024   # plans per communicator (signatures a training loop repeats: a few)
 
 # from hpccoll.engine, once a communicator exists (they import mpi4py.MPI)
-MpiLane = RUNNING = post = start_slot = finish_slot = started = None
+MpiLane = RUNNING = FAILED = post = start_slot = finish_slot = started = None
 
 
 def _row(fp, seq):
@@ -45,10 +45,10 @@ def key_hash(key: str) -> int:
 class CommState:
     def __init__(self, ctx, mpi_comm, name: str, uid: str):
         MPI = ctx._MPI
-        global MpiLane, RUNNING, post, start_slot, finish_slot, started
+        global MpiLane, RUNNING, FAILED, post, start_slot, finish_slot, started
         # these import mpi4py.MPI: only once MPI is initialised
         from ..engine.lane import MpiLane, finish_slot, post, start_slot
-        from ..engine.task import RUNNING, Task, started
+        from ..engine.task import FAILED, RUNNING, Task, started
         self.Task = Task
         self.ctx = ctx
         self.engine = ctx._engine
@@ -221,7 +221,7 @@ class CommState:
             self.usable()
         plan = self._plan(call, key is not None, blocks)
         engine = self.engine
-        error = None
+        error = failed = None
         with self.lock:
             if key is not None:
                 task = self._keyed(plan, call, key)
@@ -265,11 +265,23 @@ class CommState:
                             return task
                     elif engine.start_now(task):
                         return task
-            if error is None:
+                elif (lane.code is not None and prev is None and self.fast and check is None
+                      and engine.solo and not engine._live and not engine.sq
+                      and lane.holds.held < lane.holds.capacity):
+                    # a shared-memory program while the engine has nothing to do: it
+                    # starts here and its waiter runs it, loose like MPI's own above
+                    task.start(task.t_issue)
+                    if task.state is not FAILED:
+                        task.loose = True
+                        engine.loose_programs += 1
+                        engine.loose[task] = None
+                        return task
+                    failed = task
+            if error is None and failed is None:
                 if key is None:
                     self.last = _weakref(task)
                 engine.submit(task, inline=plan.inline and engine.idle())
-        if error is not None:          # (the engine's lock after ours: never inside)
+        if error is not None or failed is not None:   # (the engine's lock after ours)
             with engine.lock:
                 engine.adopt(task, start_error=error)
         elif engine.loose:

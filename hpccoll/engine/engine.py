@@ -65,7 +65,9 @@ LOCK_WAIT = 0.001       # seconds start_now waits for the daemon's pass (longer 
 APP_GRACE = 0.002
 # A collective MPI runs itself that started at issue stays "loose" (engine.loose): the
 # engine does not know it until its waiter spins out, somebody needs the engine's whole
-# view, or it is this old (seconds) with nobody waiting; then the engine adopts it.
+# view, or it is this old (seconds) with nobody waiting; then the engine adopts it.  So
+# does a shared-memory program started at issue while the engine had nothing else to do
+# (``solo``): its waiter runs it.
 LOOSE_AGE = APP_GRACE
 
 
@@ -89,6 +91,8 @@ class Engine:
         self.policy.bind(self)
         # collectives MPI runs itself may start on the calling thread (core/state.py)
         self.early = settings.express and self.policy.early
+        # ... and so may a shared-memory program, while the engine has nothing else
+        self.solo = self.early and self.policy.solo
         self.crosscheck = CrossCheck(self)
         self._stop = False
         self._sleeping = False            # the daemon waits on ``wake`` (submit must set it)
@@ -106,6 +110,7 @@ class Engine:
         # order: oldest first); only application threads holding ``xlock`` touch them, and
         # ``xlock`` is always taken before ``lock``, never inside it
         self.loose: dict = {}
+        self.loose_programs = 0           # how many of them are programs (need polling)
         self.xlock = threading.Lock()
         # counters (per daemon)
         self.passes = self.parks = self.wakeups = 0
@@ -169,29 +174,35 @@ class Engine:
     # -- loose collectives -------------------------------------------------------------
     # A collective MPI runs itself, started at issue on the calling thread, is polled by
     # its own waiter with no engine lock, no policy and no pass: a small collective's
-    # per-call cost is then MPI's own plus the naming (core/state.py, issue).  The engine
-    # takes it over (adopt) where it must see it: a waiter that spun out, a callback, a
-    # timeout report's view, close() and free().
+    # per-call cost is then MPI's own plus the naming (core/state.py, issue).  A
+    # shared-memory program started at issue on an idle engine is run by its waiter the
+    # same way (its steps are the polls).  The engine takes a loose collective over
+    # (adopt) where it must see it: a waiter that spun out, a callback, a timeout report's
+    # view, close() and free().
     def wait_loose(self, task, timeout: float | None) -> None:
-        """Work.wait() on a loose task: poll it right here for ``spin_us`` (for
-        ``spin_polls`` polls where spinning is off, and never past ``timeout``), then,
-        where ranks outnumber cores, for ``yield_polls`` polls with ``sched_yield`` between
-        them; if it is not done by then, or the engine has other work, the engine adopts
-        it, and the waiter drives as for any task."""
+        """Work.wait() on a loose task: poll it right here for ``spin_us`` (a program: since
+        its last step; for ``spin_polls`` polls where spinning is off, and never past
+        ``timeout``), then, where ranks outnumber cores, for ``yield_polls`` polls with
+        ``sched_yield`` between them; if it is not done by then, or the engine has other
+        work, the engine adopts it, and the waiter drives as for any task."""
         xlock = self.xlock
         xlock.acquire()
         try:
             if not task.loose:
                 return
-            if self._live or self.sq:
-                # the engine has other work, which may be what the peers need from this
-                # rank before they can complete this one: drive it all while waiting
+            lane = task.lane
+            program = lane.needs_slot
+            if self._live or self.sq or self.loose_programs > program:
+                # the engine has other work, or another program nobody polls, which may be
+                # what the peers need from this rank before they can complete this one:
+                # drive it all while waiting
                 self._adopt_loose(task)
                 return
-            test = task.lane.req.Test
+            test = lane.test if program else lane.req.Test
             s = self.settings
             polls = s.spin_polls or 1
             deadline = None         # (looked up only if the first polls do not suffice)
+            pc = -1
             try:
                 while True:
                     for _ in range(polls):
@@ -199,10 +210,11 @@ class Engine:
                             self._done_loose(task)
                             return
                     now = time.monotonic()
-                    if deadline is None:
+                    if deadline is None or (program and lane.pc != pc and timeout is None):
+                        pc = lane.pc if program else -1
                         spin = s.spin_us * 1e-6
                         deadline = now + (spin if timeout is None else min(spin, timeout))
-                    if now >= deadline:
+                    elif now >= deadline:
                         break
                 if s.yield_polls and _YIELD is not None and timeout is None:
                     # ranks outnumber cores (spinning is off): the peer this waits for is
@@ -223,14 +235,20 @@ class Engine:
     def _poll_loose(self, task) -> None:
         """One poll of a loose task (Work.test(); xlock held)."""
         try:
-            if task.lane.req.Test():
+            if task.lane.test():
                 self._done_loose(task)
         except Exception as exc:
             self._adopt_loose(task, poll_error=exc)
 
     def _done_loose(self, task) -> None:
-        """MPI completed a loose task's request (xlock held): the task completes here."""
-        task.lane.finish()
+        """MPI completed a loose task's request, or its program ran to its end (xlock
+        held): the task completes here."""
+        lane = task.lane
+        if lane.needs_slot:
+            self.loose_programs -= 1
+            lane.holds.held -= 1       # (nothing else starts while it is held)
+        else:
+            lane.finish()
         task.state = DONE
         task.t_end = self.app_active = time.monotonic()
         del self.loose[task]
@@ -262,6 +280,8 @@ class Engine:
                 return
             del self.loose[task]
             task.loose = False
+            if task.lane.needs_slot:
+                self.loose_programs -= 1
             error = self.broken or task.comm.broken
             if error is not None and poll_error is None:
                 task.fail(error)

@@ -27,6 +27,7 @@ from ..algorithms.primitives import (PSEND, SLOT, Copy, Post, Reduce, ReduceN, S
                                      Wait, WaitFlags)
 from ..core import ops as table
 from ..transport import mpi as transport
+from . import code as _code
 from .reduction import HostOps
 
 
@@ -57,6 +58,7 @@ class Lane:
     __slots__ = ()
     needs_slot = True          # holds an execution slot while it runs (hpccoll drives it)
     holds = None               # a Gate it holds while it runs, or None (nothing bounded)
+    code = None                # its program compiled (engine/code.py), where it is
     done = False
     waits_done = 0             # suspension points passed (reports, counters)
     bytes_moved = 0
@@ -209,6 +211,10 @@ class MpiLane(Lane):
         self.finish()
         return True
 
+    def test(self) -> bool:
+        """Has MPI completed it?  (A loose task's poll: engine.py finishes it.)"""
+        return self.req.Test()
+
     def finish(self) -> None:
         """MPI completed the request (the result to the caller's array, for a slot)."""
         if self.slot is not None:
@@ -235,13 +241,15 @@ class Shm:
     """What a plan's shared-memory programs need at run time: the communicator's area, the
     map from local index to communicator rank, peers' registered buffers (typed views),
     when the collective uses them, and typed views of the slots, made on first use and
-    kept (each collective's epoch base is its lane's)."""
-    __slots__ = ("area", "local", "peer_send", "peer_recv", "slots")
+    kept (each collective's epoch base is its lane's), and the plan's program compiled
+    (engine/code.py), or None where it is interpreted."""
+    __slots__ = ("area", "local", "peer_send", "peer_recv", "slots", "code")
 
     def __init__(self, area, local, peer_send=None, peer_recv=None):
         self.area, self.local = area, local
         self.peer_send, self.peer_recv = peer_send, peer_recv
         self.slots = {}
+        self.code = None
 
 
 class ProgramLane(Lane):
@@ -249,7 +257,7 @@ class ProgramLane(Lane):
     scratch arrays (flat, typed like the collective's data)."""
     __slots__ = ("program", "bufs", "_bytes", "itemsize", "op", "mpi", "tag", "pc", "inflight",
                  "waiting", "waits_done", "bytes_moved", "ops", "shm", "base", "pool",
-                 "_pooled", "holds")
+                 "_pooled", "holds", "code")
 
     def __init__(self, program, bufs, op, mpi_comm, tag, ops=HostOps):
         self.program = program
@@ -270,6 +278,7 @@ class ProgramLane(Lane):
         self.pool = None        # where the scratch buffer goes back to (BufferPool)
         self._pooled = None
         self.holds = None       # the communicator's shared slots (Gate), when it uses them
+        self.code = None        # the program compiled (engine/code.py), where it is
 
     def start(self) -> None:
         self.run()
@@ -283,6 +292,11 @@ class ProgramLane(Lane):
 
     @property
     def done(self) -> bool:
+        return self.pc >= len(self.program.steps)
+
+    def test(self) -> bool:
+        """Continue, and say whether the program ran to its end (a loose task's poll)."""
+        self.run()
         return self.pc >= len(self.program.steps)
 
     def _view(self, reg):
@@ -337,6 +351,8 @@ class ProgramLane(Lane):
 
     def run(self) -> bool:
         """Execute until a wait whose transfers are still in flight, or the end."""
+        if self.code is not None:
+            return _code.run(self)
         steps = self.program.steps
         start = self.pc
         if self.waiting is not None and not self._waited():

@@ -95,7 +95,7 @@ class ShmArea:
         self.segs = [whole[q * seg:(q + 1) * seg] for q in range(local_size)]
         self.flags = [s[:CTRL_BYTES].view(np.int64) for s in self.segs]
         self.epoch = 0            # epochs handed out so far (the next collective's base)
-        self._sync = fence
+        self._sync = self.fence = fence
 
     def signal(self, flag: int, value: int) -> None:
         self._sync()              # data before counter

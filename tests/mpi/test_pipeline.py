@@ -566,3 +566,114 @@ def test_evicting_plans_while_their_collectives_wait_keeps_ranks_in_step(monkeyp
             assert new.wait().tolist() == [total] * (100 + step)
         assert len(comm._state.plans) <= 3
         comm.free()
+
+
+# -- shared-memory programs run by their waiter -------------------------------------------
+BIG = 70_001      # float32: above shm_min_bytes, so flat node-shared memory takes it
+
+
+def _loose_program(comm, x, out, tries=4):
+    """A shared-memory allreduce started loose (on an idle engine, without the check)."""
+    for _ in range(tries):
+        w = comm.allreduce(x, out)
+        if w.loose:
+            return w
+        w.wait()
+    raise AssertionError("no shared-memory program started loose")
+
+
+def _want(mpi_world, x):
+    want = np.empty_like(x)
+    mpi_world.Allreduce(x, want)
+    return want
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_shared_memory_program_runs_on_its_waiter(pctx, mpi_world):
+    """On an idle engine a shared-memory program starts at issue, compiled, and its waiter
+    (or test()) runs it to the end without the engine; one nobody waits for is adopted by
+    the daemon, and free() and callbacks take it along.  Results exact against MPI."""
+    engine = pctx._engine
+    x = ((np.arange(BIG) * 7 + pctx.rank) % 13 - 6).astype(np.float32)
+    want = _want(mpi_world, x)
+    out = np.empty_like(x)
+    w = _loose_program(pctx.world, x, out)
+    assert w.lane.code is not None and w.plan.algo == "shm" and engine.loose_programs == 1
+    assert w.wait() is out and not w.loose and engine.loose_programs == 0
+    np.testing.assert_array_equal(out, want)
+    assert w.counters["t_end"] is not None
+    gate = pctx.world._state.shm["gate"]
+    assert gate.held == 0
+    out[:] = 0
+    w = _loose_program(pctx.world, x, out)
+    deadline = time.monotonic() + 10
+    while not w.test() and time.monotonic() < deadline:
+        pass
+    assert w.test() and not w.loose and gate.held == 0
+    np.testing.assert_array_equal(out, want)
+    out[:] = 0
+    w = _loose_program(pctx.world, x, out)
+    while w.loose and time.monotonic() < deadline:      # nobody waits: the daemon adopts it
+        time.sleep(0.001)
+    assert not w.loose
+    np.testing.assert_array_equal(w.wait(), want)
+    assert gate.held == 0 and engine.loose_programs == 0
+    comm = pctx.world.dup(name="loose-program")
+    out[:] = 0
+    w = _loose_program(comm, x, out)
+    seen = []
+    w.add_done_callback(seen.append)
+    comm.free()
+    assert w.test()
+    np.testing.assert_array_equal(w.wait(), want)
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert seen == [w]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("small", [False, True])
+def test_loose_programs_in_opposite_orders_complete(pctx, mpi_world, small):
+    """Two communicators, opposite issue and wait orders on alternating ranks: a program
+    waited for while another program (or a loose MPI collective, ``small``) of this rank
+    is left unpolled would wait for peers that wait for that one.  The waiter hands both
+    to the engine instead; every iteration completes, exact."""
+    a, b = pctx.world.dup(name="opp-a"), pctx.world.dup(name="opp-b")
+    r = pctx.rank
+    xa = ((np.arange(BIG) + r) % 11 - 5).astype(np.float32)
+    xb = (np.arange(8 if small else BIG) % 7 + r).astype(np.float32)
+    wa, wb = _want(mpi_world, xa), _want(mpi_world, xb)
+    oa, ob = np.empty_like(xa), np.empty_like(xb)
+    for it in range(20):
+        oa[:] = 0
+        ob[:] = 0
+        if (r + it) % 2:
+            w1, w2 = b.allreduce(xb, ob), a.allreduce(xa, oa)
+        else:
+            w1, w2 = a.allreduce(xa, oa), b.allreduce(xb, ob)
+        (w1 if r % 2 else w2).wait()
+        (w2 if r % 2 else w1).wait()
+        np.testing.assert_array_equal(oa, wa)
+        np.testing.assert_array_equal(ob, wb)
+    assert pctx._engine.loose_programs == 0
+    a.free()
+    b.free()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("settings", [{"policy": "preemptive", "max_active": 1},
+                                      {"policy": "ordered"}, {"policy": "fifo"},
+                                      {"policy": "preemptive", "express": False}])
+def test_programs_start_on_the_engine_where_slots_or_order_bind(mpi_world, settings):
+    """A bounded slot count (a program started at issue would hold none), a launch order
+    to keep, or express off: programs are never loose; results exact."""
+    ctx = hpccoll.init(timeout=60, **settings)
+    try:
+        x = ((np.arange(BIG) * 3 + ctx.rank) % 9 - 4).astype(np.float32)
+        want = _want(mpi_world, x)
+        for _ in range(3):
+            w = ctx.world.allreduce(x)
+            assert not w.loose
+            np.testing.assert_array_equal(w.wait(), want)
+    finally:
+        ctx.close()

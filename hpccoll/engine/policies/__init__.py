@@ -4,6 +4,7 @@
         name: str
         early: bool             # may a slotless task (lane.needs_slot False: MPI runs it)
                                 #   start on the calling thread at issue (adopt)?
+        solo: bool              # may a program start there too, when nothing else runs?
         control_tags: tuple     # control-plane tags it handles (on_control)
         park_seconds: float     # optional: how often a parked engine looks for messages
         hot: bool               # a walk is under way: the engine polls without sleeping
@@ -26,6 +27,7 @@ class Policy:
     """Defaults of the hooks (see the module docstring)."""
     name = ""
     early = False
+    solo = False
     control_tags: tuple = ()
     hot = False
 

@@ -56,6 +56,8 @@ class PreemptivePolicy(Policy):
         super().__init__(settings)
         # unbounded: every startable task runs, nobody yields (see the module docstring)
         self.bounded = settings.max_active is not None
+        # a collective started at issue holds no slot: only where slots bound nothing
+        self.solo = not self.bounded
         self.max_active = settings.max_active or float("inf")
         self.spin_threshold = settings.spin_threshold
         self.stickiness = settings.stickiness
