@@ -111,6 +111,7 @@ class Engine:
         # ``xlock`` is always taken before ``lock``, never inside it
         self.loose: dict = {}
         self.loose_programs = 0           # how many of them are programs (need polling)
+        self._loose_moves = 0             # steps loose programs made, for waiters' spin
         self.xlock = threading.Lock()
         # counters (per daemon)
         self.passes = self.parks = self.wakeups = 0
@@ -176,12 +177,14 @@ class Engine:
     # its own waiter with no engine lock, no policy and no pass: a small collective's
     # per-call cost is then MPI's own plus the naming (core/state.py, issue).  A
     # shared-memory program started at issue on an idle engine is run by its waiter the
-    # same way (its steps are the polls).  The engine takes a loose collective over
-    # (adopt) where it must see it: a waiter that spun out, a callback, a timeout report's
-    # view, close() and free().
+    # same way (its steps are the polls); while several are loose, a waiter runs them all
+    # (the peers may need this rank's progress on another one first, as they would from
+    # the engine's pass).  The engine takes a loose collective over (adopt) where it must
+    # see it: a waiter that spun out, a callback, a timeout report's view, close(), free().
     def wait_loose(self, task, timeout: float | None) -> None:
-        """Work.wait() on a loose task: poll it right here for ``spin_us`` (a program: since
-        its last step; for ``spin_polls`` polls where spinning is off, and never past
+        """Work.wait() on a loose task: poll it (with a program loose besides it, every
+        loose collective) right here for ``spin_us`` (programs: since the last step any
+        of them made; for ``spin_polls`` polls where spinning is off, and never past
         ``timeout``), then, where ranks outnumber cores, for ``yield_polls`` polls with
         ``sched_yield`` between them; if it is not done by then, or the engine has other
         work, the engine adopts it, and the waiter drives as for any task."""
@@ -191,27 +194,40 @@ class Engine:
             if not task.loose:
                 return
             lane = task.lane
-            program = lane.needs_slot
-            if self._live or self.sq or self.loose_programs > program:
-                # the engine has other work, or another program nobody polls, which may be
-                # what the peers need from this rank before they can complete this one:
-                # drive it all while waiting
+            if self._live or self.sq:
+                # the engine has other work, which may be what the peers need from this
+                # rank before they can complete this one: drive it all while waiting
                 self._adopt_loose(task)
                 return
-            test = lane.test if program else lane.req.Test
+            group = self.loose_programs and len(self.loose) > 1
+            if group:
+                def test():
+                    self._step_loose()
+                    return not task.loose      # done (or adopted: it failed)
+
+                def mark():
+                    return self._loose_moves
+            elif lane.needs_slot:
+                test = lane.test
+
+                def mark():
+                    return lane.pc
+            else:
+                test, mark = lane.req.Test, None
             s = self.settings
             polls = s.spin_polls or 1
-            deadline = None         # (looked up only if the first polls do not suffice)
-            pc = -1
+            deadline = seen = None   # (looked up only if the first polls do not suffice)
             try:
                 while True:
                     for _ in range(polls):
                         if test():
-                            self._done_loose(task)
+                            if not group:
+                                self._done_loose(task)
                             return
                     now = time.monotonic()
-                    if deadline is None or (program and lane.pc != pc and timeout is None):
-                        pc = lane.pc if program else -1
+                    if deadline is None or (mark is not None and timeout is None
+                                            and mark() != seen):
+                        seen = mark and mark()
                         spin = s.spin_us * 1e-6
                         deadline = now + (spin if timeout is None else min(spin, timeout))
                     elif now >= deadline:
@@ -223,7 +239,8 @@ class Engine:
                     for _ in range(s.yield_polls):
                         _YIELD()
                         if test():
-                            self._done_loose(task)
+                            if not group:
+                                self._done_loose(task)
                             return
             except Exception as exc:       # MPI's error: the engine explains it
                 self._adopt_loose(task, poll_error=exc)
@@ -233,12 +250,42 @@ class Engine:
             xlock.release()
 
     def _poll_loose(self, task) -> None:
-        """One poll of a loose task (Work.test(); xlock held)."""
+        """One poll of a loose task (Work.test(); xlock held), of every loose one where
+        programs are among them."""
+        if self.loose_programs and len(self.loose) > 1:
+            self._step_loose()
+            return
         try:
             if task.lane.test():
                 self._done_loose(task)
         except Exception as exc:
             self._adopt_loose(task, poll_error=exc)
+
+    def _step_loose(self) -> None:
+        """Poll every loose collective once (xlock held): each program runs as far as it
+        can, those done complete, one that fails goes to the engine with its error."""
+        try:
+            tasks = list(self.loose)
+        except RuntimeError:       # an application thread issued meanwhile: next time
+            return
+        for t in tasks:
+            if not t.loose:
+                continue
+            lane = t.lane
+            try:
+                if lane.needs_slot:
+                    pc = lane.pc
+                    done = lane.test()
+                    if lane.pc != pc:
+                        self._loose_moves += 1
+                else:
+                    done = lane.req.Test()
+            except Exception as exc:
+                self._adopt_loose(t, poll_error=exc)
+                continue
+            if done:
+                self._loose_moves += 1
+                self._done_loose(t)
 
     def _done_loose(self, task) -> None:
         """MPI completed a loose task's request, or its program ran to its end (xlock
