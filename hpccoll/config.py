@@ -185,6 +185,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Hand device memory to MPI directly ('yes'), stage it through pinned host buffers "
             "('no'), or ask the MPI library (MPIX_Query_cuda_support) ('auto').",
             choices=("auto", "yes", "no")),
+    Setting("device_host_bytes", int, 64 << 10,
+            "Collectives over device arrays up to this size (the whole result), with a dtype "
+            "and op the MPI library runs, take one copy to host, the MPI library's own "
+            "nonblocking collective on pinned host buffers and one copy back, instead of "
+            "hpccoll's own algorithms with a copy per step; 0: never.",
+            minimum=0, parse=_parse_size),
     Setting("mpi_coll_bytes", int, 64 << 10,
             "Order-matched allreduces, reduces, reduce_scatters and barriers (no key) up "
             "to this size (the whole result) on host arrays, with an MPI dtype and op, run as "

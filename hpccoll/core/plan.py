@@ -132,7 +132,7 @@ def persistent_set(state, call) -> PersistentSet:
 class Plan:
     __slots__ = ("coll", "dtype", "count", "op", "root", "inplace", "algo", "program", "spec",
                  "nbytes", "fp", "fp_hash", "recipe", "early", "shared", "registered", "backend",
-                 "blocks", "device", "inline", "reg_matters", "ops", "rt")
+                 "blocks", "device", "inline", "reg_matters", "ops", "rt", "detour")
 
     def lane(self, state, call, tag, mpi_comm):
         """The lane of one call (engine/lane.py); the caller holds the state's lock."""
@@ -144,6 +144,8 @@ class Plan:
                 slot = pset.next()
                 pset.uses += 1
             return _lanes.MpiLane(recipe, call.send, call.recv, slot)
+        if self.detour is not None:
+            return _detour_lane(self, call)
         if self.device:
             return _device_lane(self, state, call, tag, mpi_comm)
         program = self.program
@@ -213,15 +215,12 @@ def _shm_runtime(state, reg):
     return Shm(shm["area"], shm["local"], peer_send, peer_recv)
 
 
-def _device_lane(plan, state, call, tag, mpi_comm):
-    """Device arrays: CUDA kernels with the plan's blocks, on hpccoll's stream, ordered
-    (on the device) after the work queued on the arrays' own streams; scratch from the
-    device pool."""
-    from ..engine.lane import DeviceLane
-    from ..engine.reduction import CudaOps
+def _engine_stream_after(call):
+    """(GPU of the call's arrays, hpccoll's stream there), the stream ordered after the
+    work queued so far on the arrays' own streams (on the device: the host never
+    blocks)."""
     from ..transport import staging
     from . import device
-    s = state.ctx.settings
     sdev, rdev = call.device
     gpu = sdev.device if sdev.device is not None else rdev.device   # validate: the same
     stream = staging.engine_stream(gpu)
@@ -229,6 +228,25 @@ def _device_lane(plan, state, call, tag, mpi_comm):
         device.order_after(sdev.stream, stream)
         if rdev.obj is not sdev.obj and rdev.stream != sdev.stream:
             device.order_after(rdev.stream, stream)
+    return gpu, stream
+
+
+def _detour_lane(plan, call):
+    """A small device collective through the host (engine/lane.py: DetourLane)."""
+    gpu, stream = _engine_stream_after(call)
+    return _lanes.DetourLane(plan.detour, call.send, call.recv, call.device, call.inplace,
+                             stream, gpu)
+
+
+def _device_lane(plan, state, call, tag, mpi_comm):
+    """Device arrays: CUDA kernels with the plan's blocks, on hpccoll's stream, ordered
+    (on the device) after the work queued on the arrays' own streams; scratch from the
+    device pool."""
+    from ..engine.lane import DeviceLane
+    from ..engine.reduction import CudaOps
+    from ..transport import staging
+    s = state.ctx.settings
+    gpu, stream = _engine_stream_after(call)
     direct = {"yes": True, "no": False}.get(s.cuda_aware)
     if direct is None:
         direct = staging.mpi_cuda_aware()
@@ -264,6 +282,13 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
                                reg is not None, s.mpi_coll_bytes, native,
                                "" if on_device else _prefer(state, coll, nbytes, reg is not None))
     algo = algorithms.select(coll, choice)
+    # a small device collective MPI can run goes through the host: one copy each way
+    # around MPI's own collective, instead of a copy per step of hpccoll's algorithms
+    detour = (on_device and not keyed and nbytes <= s.device_host_bytes
+              and coll in _lanes.NONBLOCKING and mpi_native(call.op, dt)
+              and not (coll in ("reduce", "reduce_scatter") and call.op == "avg"))
+    if detour:
+        algo = "mpi"
     # registered buffers would take shared memory: the caller looks for them on each call
     reg_choice = choice._replace(registered=True,
                                  prefer=choice.prefer if reg is not None or on_device
@@ -294,8 +319,13 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
                reg.fingerprint if spec.registered else 0,
                algorithms.ALGO_CODES[algo])
     plan.fp_hash = mismatch.fp_hash(plan.fp)
-    plan.recipe = None
-    if algo == "mpi":
+    plan.recipe = plan.detour = None
+    if detour:
+        plan.detour = MpiRecipe(coll, state.data, mpi_op(call.op) if call.op else None,
+                                call.root, state.rank, size if call.op == "avg" and size > 1
+                                else 0, call.inplace, None)
+        plan.backend = "mpi"
+    elif algo == "mpi":
         divisor = size if call.op == "avg" and size > 1 else 0
         plan.recipe = MpiRecipe(coll, state.data, mpi_op(call.op) if call.op else None,
                                 call.root, state.rank, divisor, call.inplace,

@@ -59,6 +59,8 @@ class Lane:
     needs_slot = True          # holds an execution slot while it runs (hpccoll drives it)
     holds = None               # a Gate it holds while it runs, or None (nothing bounded)
     code = None                # its program compiled (engine/code.py), where it is
+    late_post = False          # posts its MPI collective after start (task.posted waits)
+    mpi_posted = False
     done = False
     waits_done = 0             # suspension points passed (reports, counters)
     bytes_moved = 0
@@ -234,6 +236,116 @@ class MpiLane(Lane):
 
     def release(self) -> None:
         self.send = self.recv = None
+
+
+class DetourLane(Lane):
+    """A small collective over device arrays, run by the host path: one copy of the input
+    to a pinned host buffer on hpccoll's stream, MPI's own nonblocking collective on the
+    host buffers once that copy's event completed, one copy of the result back.  Every
+    step is polled (an event, then the request, then an event), never waited for.  The
+    MPI collective is posted only after the first copy, so the task counts as posted
+    (``late_post``; Task.posted, which lets the communicator's next collective start)
+    only once it is: every rank still posts its MPI collectives in issue order."""
+    __slots__ = ("recipe", "send", "recv", "devs", "inplace", "stream", "gpu", "hsend",
+                 "hrecv", "held", "event", "req", "phase", "done", "mpi_posted")
+    needs_slot = False
+    late_post = True
+    program = MPI_PROGRAM
+
+    def __init__(self, recipe, send, recv, devs, inplace, stream, gpu):
+        self.recipe, self.send, self.recv, self.devs = recipe, send, recv, devs
+        self.inplace, self.stream, self.gpu = inplace, stream, gpu
+        self.hsend = self.hrecv = self.event = self.req = None
+        self.held = []
+        self.phase = 0
+        self.done = self.mpi_posted = False
+
+    def startable(self) -> bool:
+        return True
+
+    def _host(self, dev):
+        from ..transport.staging import STAGING
+        raw = STAGING.get(max(1, dev.nbytes))
+        self.held.append(raw)
+        return raw[:dev.nbytes].view(dev.dtype)
+
+    def start(self) -> None:
+        from ..transport.staging import on_device, record
+        send, recv = self.send, self.recv
+        with on_device(self.gpu):
+            if self.inplace:
+                # one buffer holds both: copy the larger, view the other inside it
+                sdev, rdev = self.devs
+                outer, odev, idev = (recv, rdev, sdev) if recv.size >= send.size else                     (send, sdev, rdev)
+                host = self._host(outer)
+                if outer.size:
+                    outer.copy_to_host(host, stream=self.stream)
+                lo = (idev.ptr - odev.ptr) // outer.dtype.itemsize if outer.size else 0
+                inner = host[lo:lo + (send.size if outer is recv else recv.size)]
+                self.hsend, self.hrecv = (inner, host) if outer is recv else (host, inner)
+            else:
+                self.hsend = self._host(send)
+                if send.size:
+                    send.copy_to_host(self.hsend, stream=self.stream)
+                self.hrecv = self._host(recv)
+            self.event = record(self.stream)
+
+    def _gets_result(self) -> bool:
+        r = self.recipe
+        if r.kind == "reduce":
+            return r.rank == r.root
+        if r.kind == "broadcast":
+            return r.rank != r.root
+        return r.kind != "barrier"
+
+    def run(self) -> bool:
+        from ..transport.staging import done, on_device, record
+        progressed = False
+        if self.phase == 0:
+            if not done(self.event):
+                return False
+            self.req = post(self.recipe, self.hsend, self.hrecv)
+            self.mpi_posted = True
+            self.phase = progressed = 1
+        if self.phase == 1:
+            if not self.req.Test():
+                return bool(progressed)
+            if self._gets_result() and self.recv.size:
+                with on_device(self.gpu):
+                    self.recv.copy_to_device(self.hrecv, stream=self.stream)
+                    self.event = record(self.stream)
+            else:
+                self.event = None
+            self.phase = 2
+        if self.event is not None and not done(self.event):
+            return True
+        self._give_back()
+        self.done = True
+        return True
+
+    def _give_back(self) -> None:
+        from ..transport.staging import STAGING
+        for raw in self.held:
+            STAGING.put(raw)
+        self.held = []
+
+    @property
+    def waits_done(self) -> int:
+        return 1 if self.done else 0
+
+    @property
+    def bytes_moved(self) -> int:
+        return self.recv.nbytes if self.done and self.recv is not None else 0
+
+    def pending_peers(self):
+        return ({-1} if self.mpi_posted and not self.done else set()), set()
+
+    def release(self) -> None:
+        if self.done:
+            self._give_back()
+        # failed: a copy may still read or write the pinned buffers; they are not reused
+        self.held = []
+        self.send = self.recv = self.hsend = self.hrecv = self.devs = None
 
 
 # -- step machines over host arrays ----------------------------------------------------------

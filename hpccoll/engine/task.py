@@ -107,7 +107,7 @@ class Task(Work):
         elif not self.gated:
             self.lane.start()   # MPI runs it from here
         # last: the communicator's next collective reads it without a lock
-        self.posted = not self.gated
+        self.posted = not self.gated and not self.lane.late_post
 
     def poll(self) -> bool:
         """Test what the task waits on and continue where it can.  True on progress."""
@@ -120,6 +120,8 @@ class Task(Work):
             if check is None and self.doomed is None:      # most calls: the data alone
                 if not lane.run():
                     return False
+                if not self.posted and lane.mpi_posted:      # (a late post: DetourLane)
+                    self.posted = True
                 now = self.last_progress = time.monotonic()
                 if lane.done:
                     self.state = DONE
@@ -132,10 +134,12 @@ class Task(Work):
             if self.gated and check.done:
                 self.gated = False
                 lane.start()
-                self.posted = True
+                self.posted = not lane.late_post
             if self.doomed is None:
                 if not lane.done and not self.gated and lane.run():
                     progressed = True
+                    if not self.posted and lane.late_post and lane.mpi_posted:
+                        self.posted = True
             elif time.monotonic() > self.doomed[0]:
                 self.fail(self.doomed[1])
                 return True

@@ -2,8 +2,11 @@
 __cuda_array_interface__ over host memory (as mpi4py's tests do), reduced by
 numba_kernels' CUDA kernels in Numba's simulator, moved by MPI either staged through
 host buffers or directly (cuda_aware="yes"); results compared with MPI's own."""
+import time
+
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import hpccoll
 from tests.devarrays import HostCAI, host
@@ -13,8 +16,10 @@ pytestmark = pytest.mark.mpi
 
 @pytest.fixture(scope="module", params=["no", "yes"], ids=["staged", "direct"])
 def dctx(request):
+    # small sizes, so that a few thousand elements already run hpccoll's own algorithms
+    # on the device (5 elements take the host detour)
     c = hpccoll.init(timeout=120, threads_per_block=4, chunk_bytes=4096, small_msg_bytes=512,
-                     cuda_aware=request.param)
+                     device_host_bytes=64, cuda_aware=request.param)
     yield c
     c.close()
 
@@ -254,3 +259,134 @@ def test_the_arrays_gpu_is_current_where_the_collective_runs(dctx, mpi_world):
         w.allreduce(OnGpu(x, 0), OnGpu(np.zeros_like(x), 1))
     # nothing was queued: still in step
     assert host(w.allreduce(HostCAI(np.ones(2, np.float32))).wait()).tolist() == [w.size] * 2
+
+
+# -- small device collectives through the host ----------------------------------------------
+@pytest.fixture(scope="module")
+def hctx():
+    c = hpccoll.init(timeout=60, threads_per_block=4)     # device_host_bytes: the default
+    yield c
+    c.close()
+
+
+def test_small_device_collectives_go_through_the_host(hctx, mpi_world):
+    """Up to device_host_bytes, every collective over device arrays is one copy to host,
+    MPI's own collective on pinned buffers, one copy back: in place or not, every root,
+    avg; exact against MPI's own; the pinned buffers go back to their pool."""
+    from hpccoll.transport import staging
+    w = hctx.world
+    n, r, m = w.size, w.rank, 6
+    x = ints(n * m, r, np.int64)
+    total = np.empty_like(x)
+    mpi_world.Allreduce(x, total)
+
+    def run(work):
+        assert work.plan.detour is not None and work.counters["algo"] == "mpi"
+        return work.wait()
+
+    for _ in range(2):      # the second round reuses the pinned buffers
+        before = staging.STAGING.allocated
+        out = np.zeros_like(x)
+        run(w.allreduce(HostCAI(x), HostCAI(out)))
+        np.testing.assert_array_equal(out, total)
+        y = x.copy()
+        run(w.allreduce(HostCAI(y), HostCAI(y), op="max"))
+        mx = np.empty_like(x)
+        mpi_world.Allreduce(x, mx, op=MPI.MAX)
+        np.testing.assert_array_equal(y, mx)
+        f = ints(m, r, np.float32)
+        fo = np.zeros_like(f)
+        run(w.allreduce(HostCAI(f), HostCAI(fo), op="avg"))
+        fs = np.empty_like(f)
+        mpi_world.Allreduce(f, fs)
+        np.testing.assert_allclose(fo, fs / n, rtol=1e-6)
+        for root in {0, n - 1}:
+            out = np.zeros_like(x)
+            run(w.reduce(HostCAI(x), HostCAI(out), root=root))
+            np.testing.assert_array_equal(out, total if r == root else np.zeros_like(x))
+            b = ints(m, r, np.int64, salt=root)
+            ref = b.copy()
+            mpi_world.Bcast(ref, root=root)
+            run(w.broadcast(HostCAI(b), root=root))
+            np.testing.assert_array_equal(b, ref)
+        g = np.zeros(n * m, np.int64)
+        run(w.allgather(HostCAI(x[:m]), HostCAI(g)))
+        gref = np.empty(n * m, np.int64)
+        mpi_world.Allgather(x[:m], gref)
+        np.testing.assert_array_equal(g, gref)
+        g2 = np.zeros(n * m, np.int64)
+        g2[r * m:(r + 1) * m] = x[:m]
+        run(w.allgather(HostCAI(g2[r * m:(r + 1) * m]), HostCAI(g2)))   # in place
+        np.testing.assert_array_equal(g2, gref)
+        rs = np.zeros(m, np.int64)
+        run(w.reduce_scatter(HostCAI(x), HostCAI(rs)))
+        np.testing.assert_array_equal(rs, total[r * m:(r + 1) * m])
+        a = x.copy()
+        aref = np.empty_like(x)
+        mpi_world.Alltoall(x, aref)
+        run(w.alltoall(HostCAI(a), HostCAI(a)))
+        np.testing.assert_array_equal(a, aref)
+        assert staging.STAGING.allocated == before or _ == 0
+
+
+@pytest.mark.mpi(min_size=2)
+def test_host_detour_posts_in_the_communicators_order(hctx, mpi_world, monkeypatch):
+    """The detour posts MPI's collective only once its copy to host is done (slow events
+    here: three polls), and the communicator's next collective may start only after that:
+    even ranks let the detour post before they issue a host collective, odd ranks issue it
+    at once; MPI still sees the same order everywhere, and both results are exact."""
+    from hpccoll.transport import staging
+
+    class SlowEvent:
+        def __init__(self):
+            self.left = 3
+
+        def query(self):
+            self.left -= 1
+            return self.left < 0
+
+    monkeypatch.setattr(staging, "record", lambda stream: SlowEvent())
+    w = hctx.world
+    r = w.rank
+    x = ints(40, r, np.int32)
+    want = np.empty_like(x)
+    mpi_world.Allreduce(x, want)
+    h = ints(3, r, np.float64, salt=2)
+    hwant = np.empty_like(h)
+    mpi_world.Allreduce(h, hwant, op=MPI.MAX)
+    for it in range(10):
+        out, hout = np.zeros_like(x), np.zeros_like(h)
+        wd = w.allreduce(HostCAI(x), HostCAI(out))
+        if (r + it) % 2 == 0:
+            deadline = time.monotonic() + 10
+            while not wd.lane.mpi_posted and time.monotonic() < deadline:
+                wd.test()
+        wh = w.allreduce(h, hout, op="max")
+        assert not wh.loose or wd.lane.mpi_posted
+        if r % 2:
+            wh.wait()
+            wd.wait()
+        else:
+            wd.wait()
+            wh.wait()
+        np.testing.assert_array_equal(out, want)
+        np.testing.assert_array_equal(hout, hwant)
+
+
+def test_device_collectives_above_the_detour_size_run_hpccolls_own(hctx, mpi_world):
+    """Larger than device_host_bytes, or a dtype MPI cannot reduce (float16): hpccoll's
+    own algorithms on the device, as before."""
+    w = hctx.world
+    big = ints((64 << 10) // 4 + 1, w.rank, np.float32)
+    want = np.empty_like(big)
+    mpi_world.Allreduce(big, want)
+    out = np.zeros_like(big)
+    work = w.allreduce(HostCAI(big), HostCAI(out))
+    assert work.plan.detour is None and work.counters["algo"] != "mpi"
+    work.wait()
+    np.testing.assert_array_equal(out, want)
+    half = ints(9, w.rank, np.float16)
+    work = w.allreduce(HostCAI(half))
+    assert work.plan.detour is None
+    np.testing.assert_array_equal(host(work.wait()), (half.astype(np.float32) * 0 + sum(
+        ints(9, q, np.float32) for q in range(w.size))).astype(np.float16))
