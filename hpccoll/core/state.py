@@ -273,7 +273,6 @@ class CommState:
                     task.start(task.t_issue)
                     if task.state is not FAILED:
                         task.loose = True
-                        engine.loose_programs += 1
                         engine.loose[task] = None
                         return task
                     failed = task

@@ -110,7 +110,6 @@ class Engine:
         # order: oldest first); only application threads holding ``xlock`` touch them, and
         # ``xlock`` is always taken before ``lock``, never inside it
         self.loose: dict = {}
-        self.loose_programs = 0           # how many of them are programs (need polling)
         self._loose_moves = 0             # steps loose programs made, for waiters' spin
         self.xlock = threading.Lock()
         # counters (per daemon)
@@ -199,7 +198,7 @@ class Engine:
                 # rank before they can complete this one: drive it all while waiting
                 self._adopt_loose(task)
                 return
-            group = self.loose_programs and len(self.loose) > 1
+            group = len(self.loose) > 1 and (lane.needs_slot or self.programs_loose())
             if group:
                 def test():
                     self._step_loose()
@@ -252,7 +251,7 @@ class Engine:
     def _poll_loose(self, task) -> None:
         """One poll of a loose task (Work.test(); xlock held), of every loose one where
         programs are among them."""
-        if self.loose_programs and len(self.loose) > 1:
+        if len(self.loose) > 1 and self.programs_loose():
             self._step_loose()
             return
         try:
@@ -260,6 +259,14 @@ class Engine:
                 self._done_loose(task)
         except Exception as exc:
             self._adopt_loose(task, poll_error=exc)
+
+    def programs_loose(self) -> bool:
+        """Whether a shared-memory program is among the loose collectives (looked at, not
+        counted: application threads add loose collectives without the xlock)."""
+        try:
+            return any(t.lane.needs_slot for t in list(self.loose))
+        except RuntimeError:       # changed meanwhile: assume so (polling more is safe)
+            return True
 
     def _step_loose(self) -> None:
         """Poll every loose collective once (xlock held): each program runs as far as it
@@ -292,7 +299,6 @@ class Engine:
         held): the task completes here."""
         lane = task.lane
         if lane.needs_slot:
-            self.loose_programs -= 1
             lane.holds.held -= 1       # (nothing else starts while it is held)
         else:
             lane.finish()
@@ -327,8 +333,6 @@ class Engine:
                 return
             del self.loose[task]
             task.loose = False
-            if task.lane.needs_slot:
-                self.loose_programs -= 1
             error = self.broken or task.comm.broken
             if error is not None and poll_error is None:
                 task.fail(error)
