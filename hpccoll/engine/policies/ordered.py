@@ -41,6 +41,9 @@ class OrderedPolicy(Policy):
         self.unordered: dict = {}   # cid -> task
         # ordered tasks run like fifo, in gseq order: its queue is our ready queue
         self.bounded = settings.max_active is not None
+        # a program needs no place in the order where slots bound nothing: it may start
+        # at issue, as under preemptive (engine.py: loose programs)
+        self.solo = not self.bounded
         self.run = FifoPolicy(settings, on_launch=self._launched,
                               slots=settings.max_active or float("inf"))
         self.launch_log: deque = deque(maxlen=100_000)   # (gseq, cid) in launch order
