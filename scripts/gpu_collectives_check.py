@@ -11,9 +11,13 @@ array interface v3: hpccoll must wait for it).  Every result is compared with th
 MPI library's own collective on the same values (NumPy for float16, which MPI has no type
 for), exactly: the values are small integers, scaled by the number of ranks for avg.
 
+Which path each size took is printed too: "host" (up to device_host_bytes, one copy to
+host, MPI's own collective, one copy back) or hpccoll's algorithm on the device.
+
 --staging-bench: a 64 MiB float32 allreduce through hpccoll against the naive path
 (device-to-host copy, MPI.Allreduce on the host, host-to-device copy), interleaved,
-medians; target (issue 16): hpccoll >= 1.5x the naive path.
+medians; target (issue 16): hpccoll >= 1.5x the naive path.  Then 4 KiB and 64 KiB, which
+take the host path, against the same naive path: reported, no target.
 --ipc-probe: can two ranks on one device map each other's memory (CUDA IPC)?  Reported,
 not required.
 --dry-run: Numba's CUDA simulator arrays instead of CuPy, sizes 0, 1 and 1000, no target.
@@ -107,7 +111,8 @@ def reference(MPI, world, coll, x, op, root=0):
     return out.astype(x.dtype)
 
 
-def check_all(ctx, arrays, sizes, MPI, world) -> int:
+def check_all(ctx, arrays, sizes, MPI, world, paths: dict) -> int:
+    """Every case against MPI's own; ``paths`` gets the path each (size, collective) took."""
     w = ctx.world
     wrong = 0
     for dtype in DTYPES:
@@ -127,6 +132,8 @@ def check_all(ctx, arrays, sizes, MPI, world) -> int:
                     dev = arrays.to_device(x)
                     args = {"op": op} if op else {}
                     work = arrays.issue(lambda: getattr(w, coll)(dev, **args))
+                    paths.setdefault((dtype, n), {})[f"{coll} {op}" if op else coll] = (
+                        "host" if work.plan.detour is not None else work.plan.algo)
                     got = work.wait()
                     want = reference(MPI, world, coll, x, op)
                     if coll == "reduce" and w.rank != 0:
@@ -228,16 +235,29 @@ def main(argv=None) -> int:
                       f"1.5{', not checked: dry run' if args.dry_run else ''}): "
                       f"{'same result' if same else 'RESULTS DIFFER'}, "
                       f"{'met' if met else 'MISSED'}", flush=True)
+            for small in (4 << 10, 64 << 10):       # the host path: reported only
+                mine, naive, same = staging_bench(ctx, arrays, MPI, world, small,
+                                                  2 if args.dry_run else 10 * args.iters)
+                ok = ok and same
+                if ctx.rank == 0:
+                    print(f"allreduce of {small >> 10} KiB float32 (through the host): "
+                          f"hpccoll {mine * 1e3:.1f} us, naive {naive * 1e3:.1f} us, ratio "
+                          f"{naive / mine:.2f} (reported, no target): "
+                          f"{'same result' if same else 'RESULTS DIFFER'}", flush=True)
         else:
             sizes = SIZES[:3] if args.dry_run else SIZES
             t0 = time.perf_counter()
-            wrong = world.allreduce(check_all(ctx, arrays, sizes, MPI, world))
+            paths: dict = {}
+            wrong = world.allreduce(check_all(ctx, arrays, sizes, MPI, world, paths))
             ok = wrong == 0
             if ctx.rank == 0:
                 print(f"every collective x {len(DTYPES)} dtypes x sum/max/avg x sizes "
                       f"{', '.join(map(str, sizes))} on {ctx.size} ranks sharing one "
                       f"{'simulated ' if args.dry_run else ''}GPU: {wrong} wrong "
                       f"({time.perf_counter() - t0:.1f} s)", flush=True)
+                for (dtype, n), by_coll in paths.items():
+                    print(f"  {dtype} x {n}: " + ", ".join(
+                        f"{c} {p}" for c, p in by_coll.items()), flush=True)
     ok = world.allreduce(ok, op=MPI.LAND)
     return 0 if ok else 1
 
