@@ -238,7 +238,7 @@ class CommState:
                     if self.check == "every":
                         check = self._check(mismatch.call_hash(plan.fp_hash, seq),
                                             partial(_row, plan.fp, seq), tag)
-                        gated = plan.recipe is not None
+                        gated = plan.recipe is not None or plan.detour is not None
                     elif ledger.due(seq):
                         check = self._check(digest, ledger.padded(ledger.every), tag)
                 prev = self.last

@@ -390,3 +390,35 @@ def test_device_collectives_above_the_detour_size_run_hpccolls_own(hctx, mpi_wor
     assert work.plan.detour is None
     np.testing.assert_array_equal(host(work.wait()), (half.astype(np.float32) * 0 + sum(
         ints(9, q, np.float32) for q in range(w.size))).astype(np.float16))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_host_detour_waits_for_the_per_call_check(mpi_world):
+    """check_mismatch="every": the detour posts MPI's own collective only once every
+    member's fingerprint agreed, as MPI's own collectives on host arrays do, so a count or
+    collective that differs raises CollectiveMismatch on every rank instead of reaching
+    MPI; agreeing calls are exact."""
+    r = mpi_world.rank
+    with hpccoll.init(timeout=60, check_mismatch="every") as ctx:
+        x = ints(6, r, np.int64)
+        want = np.empty_like(x)
+        mpi_world.Allreduce(x, want)
+        for _ in range(3):
+            out = np.zeros_like(x)
+            work = ctx.world.allreduce(HostCAI(x), HostCAI(out))
+            assert work.plan.detour is not None
+            work.wait()
+            np.testing.assert_array_equal(out, want)
+        for case in ("count", "collective"):
+            comm = ctx.world.dup()
+            if case == "count":
+                w = comm.allreduce(HostCAI(np.ones(6 if r == 0 else 7, np.int64)))
+            else:
+                w = (comm.broadcast(HostCAI(np.ones(6, np.int64))) if r == 0
+                     else comm.allreduce(HostCAI(np.ones(6, np.int64))))
+            with pytest.raises(hpccoll.CollectiveMismatch) as info:
+                w.wait()
+            assert case in info.value.fields
+            assert not w.lane.mpi_posted        # MPI never saw the mismatched call
+        np.testing.assert_array_equal(host(ctx.world.allreduce(HostCAI(np.ones(2, np.int64)))
+                                           .wait()), np.full(2, ctx.size))
