@@ -320,16 +320,16 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
                algorithms.ALGO_CODES[algo])
     plan.fp_hash = mismatch.fp_hash(plan.fp)
     plan.recipe = plan.detour = None
-    if detour:
-        plan.detour = MpiRecipe(coll, state.data, mpi_op(call.op) if call.op else None,
-                                call.root, state.rank, size if call.op == "avg" and size > 1
-                                else 0, call.inplace, None)
-        plan.backend = "mpi"
-    elif algo == "mpi":
+    if algo == "mpi":
         divisor = size if call.op == "avg" and size > 1 else 0
-        plan.recipe = MpiRecipe(coll, state.data, mpi_op(call.op) if call.op else None,
-                                call.root, state.rank, divisor, call.inplace,
-                                _persistent(state, call, nbytes))
+        # (through the host, MPI's collective runs on pinned buffers: no persistent ones)
+        recipe = MpiRecipe(coll, state.data, mpi_op(call.op) if call.op else None,
+                           call.root, state.rank, divisor, call.inplace,
+                           None if detour else _persistent(state, call, nbytes))
+        if detour:
+            plan.detour = recipe
+        else:
+            plan.recipe = recipe
         plan.backend = "mpi"
     elif on_device:
         from numba_kernels import cuda as kernels

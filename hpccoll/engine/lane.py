@@ -65,6 +65,10 @@ class Lane:
     waits_done = 0             # suspension points passed (reports, counters)
     bytes_moved = 0
 
+    def startable(self) -> bool:
+        """May a lane that takes no execution slot start now?  (Task.startable)"""
+        return True
+
     def start(self) -> None:
         """Post the first transfers and run to the first wait."""
 
@@ -260,9 +264,6 @@ class DetourLane(Lane):
         self.phase = 0
         self.done = self.mpi_posted = False
 
-    def startable(self) -> bool:
-        return True
-
     def _host(self, dev):
         from ..transport.staging import STAGING
         raw = STAGING.get(max(1, dev.nbytes))
@@ -329,21 +330,16 @@ class DetourLane(Lane):
             STAGING.put(raw)
         self.held = []
 
-    @property
-    def waits_done(self) -> int:
-        return 1 if self.done else 0
-
-    @property
-    def bytes_moved(self) -> int:
-        return self.recv.nbytes if self.done and self.recv is not None else 0
+    # one MPI collective, as MpiLane's
+    waits_done = MpiLane.waits_done
+    bytes_moved = MpiLane.bytes_moved
 
     def pending_peers(self):
         return ({-1} if self.mpi_posted and not self.done else set()), set()
 
     def release(self) -> None:
-        if self.done:
-            self._give_back()
-        # failed: a copy may still read or write the pinned buffers; they are not reused
+        # done: run() gave the pinned buffers back already; failed: a copy may still read
+        # or write them, so they are not reused
         self.held = []
         self.send = self.recv = self.hsend = self.hrecv = self.devs = None
 

@@ -138,7 +138,7 @@ class Task(Work):
             if self.doomed is None:
                 if not lane.done and not self.gated and lane.run():
                     progressed = True
-                    if not self.posted and lane.late_post and lane.mpi_posted:
+                    if not self.posted and lane.mpi_posted:      # (a late post)
                         self.posted = True
             elif time.monotonic() > self.doomed[0]:
                 self.fail(self.doomed[1])

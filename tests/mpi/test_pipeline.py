@@ -236,8 +236,9 @@ def test_never_waited_completes_on_the_daemon(pctx):
 
 
 def _loose(comm, x, out, tries=4):
-    """A collective started loose (every ``mismatch_every``-th call carries the deferred
-    check, and those go through the engine: try a few)."""
+    """An allreduce started loose: MPI's own collective, or a shared-memory program on an
+    idle engine (every ``mismatch_every``-th call carries the deferred check, and those go
+    through the engine: try a few)."""
     for _ in range(tries):
         w = comm.allreduce(x, out)
         if w.loose:
@@ -572,16 +573,6 @@ def test_evicting_plans_while_their_collectives_wait_keeps_ranks_in_step(monkeyp
 BIG = 70_001      # float32: above shm_min_bytes, so flat node-shared memory takes it
 
 
-def _loose_program(comm, x, out, tries=4):
-    """A shared-memory allreduce started loose (on an idle engine, without the check)."""
-    for _ in range(tries):
-        w = comm.allreduce(x, out)
-        if w.loose:
-            return w
-        w.wait()
-    raise AssertionError("no shared-memory program started loose")
-
-
 def _want(mpi_world, x):
     want = np.empty_like(x)
     mpi_world.Allreduce(x, want)
@@ -597,7 +588,7 @@ def test_a_shared_memory_program_runs_on_its_waiter(pctx, mpi_world):
     x = ((np.arange(BIG) * 7 + pctx.rank) % 13 - 6).astype(np.float32)
     want = _want(mpi_world, x)
     out = np.empty_like(x)
-    w = _loose_program(pctx.world, x, out)
+    w = _loose(pctx.world, x, out)
     assert w.lane.code is not None and w.plan.algo == "shm" and engine.programs_loose()
     assert w.wait() is out and not w.loose and not engine.programs_loose()
     np.testing.assert_array_equal(out, want)
@@ -605,14 +596,14 @@ def test_a_shared_memory_program_runs_on_its_waiter(pctx, mpi_world):
     gate = pctx.world._state.shm["gate"]
     assert gate.held == 0
     out[:] = 0
-    w = _loose_program(pctx.world, x, out)
+    w = _loose(pctx.world, x, out)
     deadline = time.monotonic() + 10
     while not w.test() and time.monotonic() < deadline:
         pass
     assert w.test() and not w.loose and gate.held == 0
     np.testing.assert_array_equal(out, want)
     out[:] = 0
-    w = _loose_program(pctx.world, x, out)
+    w = _loose(pctx.world, x, out)
     while w.loose and time.monotonic() < deadline:      # nobody waits: the daemon adopts it
         time.sleep(0.001)
     assert not w.loose
@@ -620,7 +611,7 @@ def test_a_shared_memory_program_runs_on_its_waiter(pctx, mpi_world):
     assert gate.held == 0 and not engine.programs_loose()
     comm = pctx.world.dup(name="loose-program")
     out[:] = 0
-    w = _loose_program(comm, x, out)
+    w = _loose(comm, x, out)
     seen = []
     w.add_done_callback(seen.append)
     comm.free()
