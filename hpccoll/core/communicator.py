@@ -110,32 +110,48 @@ class Communicator:
         st.free_mpi()
 
     # -- collectives ---------------------------------------------------------------------
+    # Every method has the same shape, written out (not shared through helpers): this is
+    # the most frequent call of all, and at 8 B each Python call in it costs as much as
+    # MPI's own collective (docs/performance.md, "per-call cost").  A call on the arrays
+    # the last one of its collective had takes the kept Call (validate.Recent).
     def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
         st = self._state
         if not st.ok:
             st.usable()
         if key is not None or blocks is not None:
             key, blocks = self._extras(key, blocks)
-        # (_read unrolled: the most frequent call of all)
-        if recvbuf is None:
-            call = validate.allreduce(st, sendbuf, recvbuf, op)
         else:
-            recent = self._recent["allreduce"]
-            call = recent.get(sendbuf, recvbuf, op)
-            if call is None:
-                call = recent.keep(validate.allreduce(st, sendbuf, recvbuf, op), sendbuf,
-                                   recvbuf, op)
-        return st.issue(call, key, blocks if blocks is not None else self._blocks)
+            blocks = self._blocks
+        recent = self._recent["allreduce"]
+        call = None if recvbuf is None else recent.get(sendbuf, recvbuf, op)
+        if call is None:
+            call = recent.keep(validate.allreduce(st, sendbuf, recvbuf, op), sendbuf,
+                               recvbuf, op)
+        return st.issue(call, key, blocks)
 
     def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None, blocks=None) -> Work:
-        st = self._ready()
-        key, blocks = self._extras(key, blocks)
-        return st.issue(self._read("reduce", validate.reduce, st, sendbuf, recvbuf, op, root),
-                        key, blocks)
+        st = self._state
+        if not st.ok:
+            st.usable()
+        if key is not None or blocks is not None:
+            key, blocks = self._extras(key, blocks)
+        else:
+            blocks = self._blocks
+        recent = self._recent["reduce"]
+        call = None if recvbuf is None else recent.get(sendbuf, recvbuf, op, root)
+        if call is None:
+            call = recent.keep(validate.reduce(st, sendbuf, recvbuf, op, root), sendbuf,
+                               recvbuf, op, root)
+        return st.issue(call, key, blocks)
 
     def broadcast(self, buf, root=0, key=None, blocks=None) -> Work:
-        st = self._ready()
-        key, blocks = self._extras(key, blocks)
+        st = self._state
+        if not st.ok:
+            st.usable()
+        if key is not None or blocks is not None:
+            key, blocks = self._extras(key, blocks)
+        else:
+            blocks = self._blocks
         recent = self._recent["broadcast"]
         call = recent.get(buf, buf, root)
         if call is None:
@@ -143,38 +159,55 @@ class Communicator:
         return st.issue(call, key, blocks)
 
     def allgather(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
-        st = self._ready()
-        key, blocks = self._extras(key, blocks)
-        return st.issue(self._read("allgather", validate.allgather, st, sendbuf, recvbuf),
-                        key, blocks)
+        st = self._state
+        if not st.ok:
+            st.usable()
+        if key is not None or blocks is not None:
+            key, blocks = self._extras(key, blocks)
+        else:
+            blocks = self._blocks
+        recent = self._recent["allgather"]
+        call = None if recvbuf is None else recent.get(sendbuf, recvbuf)
+        if call is None:
+            call = recent.keep(validate.allgather(st, sendbuf, recvbuf), sendbuf, recvbuf)
+        return st.issue(call, key, blocks)
 
     def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
-        st = self._ready()
-        key, blocks = self._extras(key, blocks)
-        return st.issue(self._read("reduce_scatter", validate.reduce_scatter, st, sendbuf,
-                                   recvbuf, op), key, blocks)
+        st = self._state
+        if not st.ok:
+            st.usable()
+        if key is not None or blocks is not None:
+            key, blocks = self._extras(key, blocks)
+        else:
+            blocks = self._blocks
+        recent = self._recent["reduce_scatter"]
+        call = None if recvbuf is None else recent.get(sendbuf, recvbuf, op)
+        if call is None:
+            call = recent.keep(validate.reduce_scatter(st, sendbuf, recvbuf, op), sendbuf,
+                               recvbuf, op)
+        return st.issue(call, key, blocks)
 
     def alltoall(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
-        st = self._ready()
-        key, blocks = self._extras(key, blocks)
-        return st.issue(self._read("alltoall", validate.alltoall, st, sendbuf, recvbuf),
-                        key, blocks)
-
-    def _read(self, coll, check, st, sendbuf, recvbuf, *extra):
-        """The Call of a collective of a send and a receive array and ``extra`` arguments
-        (op, root): ``check``'s reading, or the kept one of the same arrays
-        (validate.Recent; never for an allocated result)."""
-        if recvbuf is None:
-            return check(st, sendbuf, recvbuf, *extra)
-        recent = self._recent[coll]
-        call = recent.get(sendbuf, recvbuf, *extra)
+        st = self._state
+        if not st.ok:
+            st.usable()
+        if key is not None or blocks is not None:
+            key, blocks = self._extras(key, blocks)
+        else:
+            blocks = self._blocks
+        recent = self._recent["alltoall"]
+        call = None if recvbuf is None else recent.get(sendbuf, recvbuf)
         if call is None:
-            call = recent.keep(check(st, sendbuf, recvbuf, *extra), sendbuf, recvbuf, *extra)
-        return call
+            call = recent.keep(validate.alltoall(st, sendbuf, recvbuf), sendbuf, recvbuf)
+        return st.issue(call, key, blocks)
 
     def barrier(self, key=None) -> Work:
-        st = self._ready()
-        return st.issue(validate.barrier(st), validate.key_of(key), None)
+        st = self._state
+        if not st.ok:
+            st.usable()
+        if key is not None:
+            key = validate.key_of(key)
+        return st.issue(validate.BARRIER, key, None)
 
     def _issue(self, call) -> Work:
         """A call validated elsewhere (the mpi4py adapter): un-keyed, default blocks."""

@@ -83,14 +83,17 @@ class Ledger:
         self.agreed = -1              # every member agreed up to here
         self.pending: list = []       # notes about sequence numbers not reached yet
 
-    def record(self, seq: int, fp: tuple, h: int) -> int:
-        """Add collective ``seq`` (fingerprint ``fp``, hash ``h``); returns the digest."""
+    def record(self, seq: int, fp: tuple, h: int) -> Optional[int]:
+        """Add collective ``seq`` (fingerprint ``fp``, hash ``h``); returns the digest if
+        this collective carries the digest check (``due``), else None: one call on the
+        per-call path."""
         d = self.digest = (self.digest * _MIX + h + 1) & MASK
         self.seq = seq
         i = seq % self.window
         self.fps[i] = fp
         self.digests[i] = d
-        return d
+        every = self.every
+        return d if seq % every == every - 1 else None
 
     def due(self, seq: int) -> bool:
         """Whether collective ``seq`` carries the digest check."""

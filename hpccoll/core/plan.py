@@ -140,8 +140,11 @@ class Plan:
         if recipe is not None:
             slot = None
             if recipe.persist is not None:
-                pset = state.persistent(recipe.persist, call)
-                slot = pset.next()
+                # (state.persistent and PersistentSet.next written out: the per-call path)
+                pset = state.persist.get(recipe.persist)
+                if pset is None:
+                    pset = state.persistent(recipe.persist, call)
+                slot = pset.slots[pset.uses % PERSISTENT_SLOTS]
                 pset.uses += 1
             return _lanes.MpiLane(recipe, call.send, call.recv, slot)
         if self.detour is not None:

@@ -239,7 +239,7 @@ class CommState:
                         check = self._check(mismatch.call_hash(plan.fp_hash, seq),
                                             partial(_row, plan.fp, seq), tag)
                         gated = plan.recipe is not None or plan.detour is not None
-                    elif ledger.due(seq):
+                    elif digest is not None:
                         check = self._check(digest, ledger.padded(ledger.every), tag)
                 prev = self.last
                 if prev is not None:

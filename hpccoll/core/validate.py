@@ -344,7 +344,10 @@ _EMPTY = np.empty(0, dtype=np.uint8)
 
 
 def barrier(comm) -> Call:
-    return Call("barrier", _EMPTY, _EMPTY, 0, None, 0, True, None)
+    return BARRIER
+
+
+BARRIER = Call("barrier", _EMPTY, _EMPTY, 0, None, 0, True, None)   # (nothing of it varies)
 
 
 # -- variable counts (the mpi4py adapter's Allgatherv, Reduce_scatter, Alltoallv) ---------------
