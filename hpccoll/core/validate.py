@@ -14,6 +14,7 @@ DLPack) go through core/device.py.
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
+from weakref import ref as _weakref
 
 import numpy as np
 
@@ -53,36 +54,61 @@ trusted = Call      # the adapter's calls, parsed and checked by the adapter its
 # -- the last call, again -------------------------------------------------------------------
 # Validation is most of a small collective's Python cost, and a loop calls a collective on
 # the same buffers again and again: each communicator keeps, per collective, the Call of its
-# last plain 1-D arrays up to this size (and so references to them) and hands it over again
-# while the same arrays come back with the same flags, dtype and extra arguments.  An
-# allocated result (recvbuf None) is never kept: each call gets its own.
+# last plain 1-D arrays and hands it over again while the same arrays come back with the
+# same flags, dtype, size and extra arguments.  Up to RECENT_BYTES the Call itself is kept
+# (and so references to the arrays); larger arrays are held by weak references only, so
+# that a finished collective keeps no large buffer alive, and their Call is made anew from
+# the kept one's fields (one constructor call, not the checks: at 1 MiB, where every Python
+# call runs on a cold cache, the checks cost 5-7 us of a 100 us broadcast).  An allocated
+# result (recvbuf None) is never kept: each call gets its own.
 RECENT_BYTES = 64 << 10
 
 
 class Recent:
-    __slots__ = ("send", "recv", "a", "b", "sflags", "rflags", "dtype", "call")
+    __slots__ = ("send", "recv", "a", "b", "sflags", "rflags", "dtype", "call", "weak")
 
     def __init__(self):
-        self.send = self.recv = self.call = self.dtype = None
+        self.send = self.recv = self.call = self.dtype = self.weak = None
         self.a = self.b = self.sflags = self.rflags = None
 
     def get(self, send, recv, a=None, b=None) -> Optional[Call]:
         """The kept Call if these are the kept arrays, unchanged, with the same extra
         arguments ``a`` and ``b`` (op, root: the same objects)."""
-        if (send is self.send and recv is self.recv and a is self.a and b is self.b
+        if send is not self.send or recv is not self.recv:
+            # large arrays, held weakly: NumPy refuses resize() on an array with weak
+            # references, so the same object with the same dtype has the same size
+            weak = self.weak
+            if weak is None or send is not weak[0]() or recv is not weak[1]():
+                return None
+        if (a is self.a and b is self.b
                 and send.flags.num == self.sflags and send.dtype is self.dtype
                 and send.ndim == 1 and (recv is send or (
                     recv.flags.num == self.rflags and recv.dtype is self.dtype
                     and recv.ndim == 1))):
-            return self.call
+            call = self.call
+            if call.send is None:
+                return Call(call.coll, send, recv, call.count, call.op, call.root,
+                            call.inplace, recv)
+            return call
         return None
 
     def keep(self, call, send, recv, a=None, b=None) -> Call:
-        if (send.__class__ is _ND and recv.__class__ is _ND and send.ndim == 1
-                and recv.ndim == 1 and call.device is None and call.result is recv
-                and send.nbytes <= RECENT_BYTES and recv.nbytes <= RECENT_BYTES * 64):
-            self.send, self.recv, self.a, self.b, self.call = send, recv, a, b, call
-            self.sflags, self.rflags, self.dtype = send.flags.num, recv.flags.num, send.dtype
+        if (send.__class__ is not _ND or recv.__class__ is not _ND or send.ndim != 1
+                or recv.ndim != 1 or call.device is not None or call.result is not recv):
+            return call
+        if send.nbytes <= RECENT_BYTES and recv.nbytes <= RECENT_BYTES * 64:
+            self.send, self.recv, self.call, self.weak = send, recv, call, None
+        elif (call.send is send and call.recv is recv and not call.layout
+              and call.fp_count is None):
+            # what get() makes the Call from: the arrays themselves and these fields
+            self.send = self.recv = None
+            self.call = Call(call.coll, None, None, call.count, call.op, call.root,
+                             call.inplace, None)
+            self.weak = (_weakref(send), _weakref(recv))
+        else:
+            return call
+        self.a, self.b = a, b
+        self.sflags, self.rflags, self.dtype = send.flags.num, recv.flags.num, send.dtype
         return call
 
 

@@ -333,6 +333,54 @@ def test_the_same_arrays_again_are_read_once(pctx, mpi_world, monkeypatch):
     comm.free()
 
 
+def test_large_arrays_again_are_read_once_and_held_weakly(pctx, mpi_world, monkeypatch):
+    """Above validate.RECENT_BYTES the arrays are held by weak references: a loop on the
+    same 1 MiB buffers is validated once, another array is read again, and a dropped
+    buffer is freed at once."""
+    import gc
+    import weakref
+    from hpccoll.core import validate
+    comm = pctx.world.dup(name="recent-large")
+    n, r = 1 << 18, pctx.rank
+    seen = {"broadcast": 0, "allgather": 0}
+    for name in seen:
+        real = getattr(validate, name)
+
+        def counted(*a, real=real, name=name):
+            seen[name] += 1
+            return real(*a)
+        monkeypatch.setattr(validate, name, counted)
+    buf = np.empty(n, np.int32)
+    out = np.empty(n * pctx.size, np.int32)
+    for i in range(4):
+        buf[:] = i if r == 0 else -1
+        comm.broadcast(buf, root=0).wait()
+        assert (buf == i).all()
+        buf[:] = r + i
+        comm.allgather(buf, out).wait()
+        ref = np.empty_like(out)
+        mpi_world.Allgather(buf, ref)
+        np.testing.assert_array_equal(out, ref)
+    assert seen == {"broadcast": 1, "allgather": 1}
+    gc.collect()
+    # the kept Call's count stays right because NumPy refuses to resize an array with
+    # weak references (validate.Recent relies on it); a new array is read again
+    with pytest.raises(ValueError):
+        buf.resize(n + 5, refcheck=False)
+    buf = np.arange(n + 5, dtype=np.int32) if r == 0 else np.zeros(n + 5, np.int32)
+    comm.broadcast(buf, root=0).wait()
+    assert seen["broadcast"] == 2
+    np.testing.assert_array_equal(buf, np.arange(n + 5))
+    gone = [weakref.ref(buf), weakref.ref(out)]
+    del buf, out
+    deadline = time.monotonic() + 5
+    while any(g() is not None for g in gone) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.001)
+    assert all(g() is None for g in gone)
+    comm.free()
+
+
 def test_what_mpi_does_not_run_is_queued_and_right(pctx, mpi_world):
     """Large, float16, keyed, a key, blocks=: hpccoll's own algorithms, through the
     engine's queue; each result against MPI's."""
