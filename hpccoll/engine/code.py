@@ -94,7 +94,6 @@ def run(lane) -> bool:
     fence = lane.shm.area.fence
     pc = start = lane.pc
     end = len(code)
-    copyto = np.copyto
     while pc < end:
         ins = code[pc]
         k = ins[0]
@@ -116,7 +115,7 @@ def run(lane) -> bool:
                 d = bufs[d[0]][d[1]:d[2]]
             if s.__class__ is tuple:
                 s = bufs[s[0]][s[1]:s[2]]
-            copyto(d, s)
+            d[...] = s         # (one dtype: np.copyto's dispatch adds a Python call)
         else:
             d = ins[1]
             if d.__class__ is tuple:
@@ -127,8 +126,9 @@ def run(lane) -> bool:
                     s = bufs[s[0]][s[1]:s[2]]
                 table.scale(d, s, ins[3])
             else:
-                srcs = [s if s.__class__ is not tuple else bufs[s[0]][s[1]:s[2]]
-                        for s in ins[2]]
+                srcs = []      # (a loop: a comprehension is a call of its own)
+                for s in ins[2]:
+                    srcs.append(s if s.__class__ is not tuple else bufs[s[0]][s[1]:s[2]])
                 if k == UFUNC:
                     u = ins[3]
                     u(srcs[0], srcs[1], out=d)

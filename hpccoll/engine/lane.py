@@ -404,7 +404,10 @@ class ProgramLane(Lane):
 
     def test(self) -> bool:
         """Continue, and say whether the program ran to its end (a loose task's poll)."""
-        self.run()
+        if self.code is not None:
+            _code.run(self)       # (not through run(): a waiter calls this in its spin)
+        else:
+            self.run()
         return self.pc >= len(self.program.steps)
 
     def _view(self, reg):
