@@ -21,7 +21,7 @@ from collections import deque
 
 from ...ordering import KIND_REST, KIND_TOKEN, KIND_WAKE, TokenRing
 from ..control import TAG_REST, TAG_TOKEN, TAG_WAKE
-from . import Policy
+from . import Parking, Policy
 from .fifo import FifoPolicy
 
 _KIND_TAG = {KIND_TOKEN: TAG_TOKEN, KIND_REST: TAG_REST, KIND_WAKE: TAG_WAKE}
@@ -48,6 +48,7 @@ class OrderedPolicy(Policy):
                               slots=settings.max_active or float("inf"))
         self.launch_log: deque = deque(maxlen=100_000)   # (gseq, cid) in launch order
         self.loose: dict = {}       # tasks that need no order (as keys, issue order)
+        self.parked = Parking()     # those behind a not-started one of their communicator
 
     def _launched(self, task) -> None:
         self.launch_log.append((task.gseq, self.cid(task)))
@@ -72,7 +73,8 @@ class OrderedPolicy(Policy):
 
     def admit(self, task) -> None:
         if not self.needs_order(task):
-            self.loose[task] = None
+            if not self.parked.park(task):
+                self.loose[task] = None
             return
         self._ring_engine()
         cid = self.cid(task)
@@ -106,12 +108,13 @@ class OrderedPolicy(Policy):
         self._learn(learned)
 
     def live(self) -> list:
-        return self.run.live() + list(self.unordered.values()) + list(self.loose)
+        return (self.run.live() + list(self.unordered.values()) + list(self.loose)
+                + self.parked.tasks())
 
     def remove(self, task) -> None:
         if task in self.loose:
             del self.loose[task]
-        elif self.unordered.pop(self.cid(task), None) is None:
+        elif self.unordered.pop(self.cid(task), None) is None and not self.parked.remove(task):
             self.run.remove(task)
 
     def step(self, engine) -> bool:
@@ -120,6 +123,9 @@ class OrderedPolicy(Policy):
             self._send(msgs)
             self._learn(learned)
         progressed = self.run.step(engine)
+        if self.parked:
+            for task in self.parked.all_ready():
+                self.loose[task] = None
         if self.loose:
             for task in tuple(self.loose):
                 if task.t_start is None and task.startable():

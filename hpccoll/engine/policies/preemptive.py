@@ -29,6 +29,16 @@ make them yield.  They start as soon as their communicator's previous collective
 started: on the calling thread at issue (``early``, ``adopt``), or here in the walk,
 and are polled on every pass (``detached``).
 
+Many collectives in flight cost each one the same as a few (a program that issues a
+thousand before it waits): a task whose communicator's previous collective has not
+started cannot start either (Task.startable), nor can any later one of that
+communicator, so such tasks wait *parked* per communicator, out of the walk, and enter
+it one at a time as their predecessor starts; and a collective the MPI library runs
+leaves the walk once started (it is polled with the detached ones).  The walk then holds
+the started programs and at most one not-started collective per communicator (plus keyed
+ones), so a pass no longer scans everything issued (8 B allreduces at 2 ranks, 1,024
+issued then waited: 120-139 us per collective before, 18.5-19.8 after, MPI's own 13-14).
+
 Why it cannot deadlock, with any bound of one slot or more: every task gets a slot
 infinitely often (the walk visits all of them), and a slot is never held longer than its
 threshold without progress.  A gate (a resource held to the end) is only ever waited for
@@ -45,7 +55,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from . import Policy
+from . import Parking, Policy
 
 
 class PreemptivePolicy(Policy):
@@ -62,7 +72,8 @@ class PreemptivePolicy(Policy):
         self.spin_threshold = settings.spin_threshold
         self.stickiness = settings.stickiness
         self.head_tries = settings.head_tries
-        self.queue: deque = deque()   # unfinished tasks, issue order
+        self.queue: deque = deque()   # the walk: tasks that may start or hold slots
+        self.parked = Parking()       # tasks behind a not-started one of their communicator
         self.active: list = []        # tasks holding a slot
         self.detached: dict = {}      # started tasks MPI progresses (no slot), as keys
         self.cursor = 1               # walk position (index into queue) after the head
@@ -73,7 +84,13 @@ class PreemptivePolicy(Policy):
         self.hot = False              # a walk after a yield is under way: poll without sleeping
 
     def admit(self, task) -> None:
-        self.queue.append(task)
+        if not self.parked.park(task):
+            self.queue.append(task)
+
+    def _unpark(self, comm) -> None:
+        task = self.parked.ready(comm)
+        if task is not None:
+            self.queue.append(task)
 
     def adopt(self, task) -> None:
         """A task started at issue: polled with the detached ones, never in the walk."""
@@ -81,25 +98,34 @@ class PreemptivePolicy(Policy):
         self.detached[task] = None
 
     def live(self) -> list:
-        return list(self.queue) + [t for t in self.detached if t.adopted]
+        return list(self.queue) + list(self.detached) + self.parked.tasks()
 
     def remove(self, task) -> None:
         if task is self.last:       # (nor do these keep a finished collective's result)
             self.last = None
         if task is self.head:
             self.head = None
-        if task.adopted:
-            del self.detached[task]
+        if self.detached.pop(task, 0) is None:    # (started: no longer in the walk)
             return
         if task in self.active:
             self.active.remove(task)
-        else:
-            self.detached.pop(task, None)
         if task in self.queue:
-            self.queue.remove(task)
+            self._drop(task)
+        else:
+            self.parked.remove(task)             # (failed before it started)
+
+    def _drop(self, task) -> None:
+        """``task`` leaves the walk; the walk's position stays on the task it was at."""
+        q = self.queue
+        i = q.index(task)
+        del q[i]
+        if 0 < i < self.cursor:
+            self.cursor -= 1
 
     # -- one scheduling pass -----------------------------------------------------------
     def step(self, engine) -> bool:
+        if self.parked:
+            self.queue.extend(self.parked.all_ready())
         progressed = engine.poll_each(self.detached) if self.detached else False
         for task in tuple(self.active):
             if task.finished:
@@ -140,10 +166,13 @@ class PreemptivePolicy(Policy):
 
     def _try(self, engine, task) -> None:
         if not task.lane.needs_slot:      # MPI runs it: start it, no slot, no try
+            self._drop(task)
             self.detached[task] = None
             engine.launch(task)
             if task.finished:
                 engine.retire(task)
+            elif self.parked:
+                self._unpark(task.comm)
             return
         task.tries += 1
         task.spins = 0
@@ -157,6 +186,8 @@ class PreemptivePolicy(Policy):
             engine.launch(task)       # first try: post the first transfers
             if task.finished:
                 engine.retire(task)
+            elif self.parked:
+                self._unpark(task.comm)
 
     def _busy(self, task) -> bool:
         return task in self.active or task.t_start is not None and not task.lane.needs_slot
