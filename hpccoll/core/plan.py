@@ -30,7 +30,7 @@ from ..errors import ArgumentError
 from . import mismatch
 from .ops import dtype_code, mpi_native, mpi_op, op_code
 
-PERSISTENT_SLOTS = 4   # persistent requests per collective: identical calls in flight at once
+PERSISTENT_SLOTS = 16   # persistent requests per collective: identical calls in flight at once
 
 
 class RegisteredCall:
@@ -124,9 +124,8 @@ def persistent_set(state, call) -> PersistentSet:
               "alltoall": (size * n, size * n), "barrier": (None, None),
               "reduce": (n, n if state.rank == call.root else None),
               "reduce_scatter": (size * n, n)}[call.coll]
-    return PersistentSet(tuple(Persistent(*(None if k is None else np.empty(k, dt)
-                                            for k in shapes))
-                               for _ in range(PERSISTENT_SLOTS)))
+    shapes = shapes + (dt,)
+    return PersistentSet(tuple(Persistent(shapes) for _ in range(PERSISTENT_SLOTS)))
 
 
 class Plan:

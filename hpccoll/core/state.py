@@ -273,6 +273,7 @@ class CommState:
                     task.start(task.t_issue)
                     if task.state is not FAILED:
                         task.loose = True
+                        engine.loose_programs[task] = None   # (first: see programs_loose)
                         engine.loose[task] = None
                         return task
                     failed = task

@@ -58,6 +58,7 @@ _SET_SLACK = _timer_slack()
 _YIELD = getattr(os, "sched_yield", None)     # not on every platform
 FINE_SLACK_NS = 1000
 CTL_EVERY = 16          # passes between control polls while busy
+TIMEOUT_LOOK = 0.005    # seconds between the watchdog's looks at every pending collective
 LOCK_WAIT = 0.001       # seconds start_now waits for the daemon's pass (longer than one)
 # While the application itself issues and waits, the daemon's passes only compete with it
 # for the GIL and the engine's lock: it stays away until the application has been quiet
@@ -97,6 +98,7 @@ class Engine:
         self._stop = False
         self._sleeping = False            # the daemon waits on ``wake`` (submit must set it)
         self._report = None
+        self._timeout_look = 0.0          # when _check_timeout looks at the tasks next
         self._report_id = 0
         self._last_tasks = None
         self.last_progress = time.monotonic()   # any task's progress, for the watchdog
@@ -110,6 +112,9 @@ class Engine:
         # order: oldest first); only application threads holding ``xlock`` touch them, and
         # ``xlock`` is always taken before ``lock``, never inside it
         self.loose: dict = {}
+        # the loose shared-memory programs among them (a dict, not a count: application
+        # threads add to it without xlock, and a dict's insertion is atomic)
+        self.loose_programs: dict = {}
         self._loose_moves = 0             # steps loose programs made, for waiters' spin
         self.xlock = threading.Lock()
         # counters (per daemon)
@@ -261,12 +266,8 @@ class Engine:
             self._adopt_loose(task, poll_error=exc)
 
     def programs_loose(self) -> bool:
-        """Whether a shared-memory program is among the loose collectives (looked at, not
-        counted: application threads add loose collectives without the xlock)."""
-        try:
-            return any(t.lane.needs_slot for t in list(self.loose))
-        except RuntimeError:       # changed meanwhile: assume so (polling more is safe)
-            return True
+        """Whether a shared-memory program is among the loose collectives."""
+        return bool(self.loose_programs)
 
     def _step_loose(self) -> None:
         """Poll every loose collective once (xlock held): each program runs as far as it
@@ -305,6 +306,7 @@ class Engine:
         task.state = DONE
         task.t_end = self.app_active = time.monotonic()
         del self.loose[task]
+        self.loose_programs.pop(task, None)
         task.loose = False
         task.retired = True
         if self.flight is not None:
@@ -332,6 +334,7 @@ class Engine:
             if task not in self.loose:
                 return
             del self.loose[task]
+            self.loose_programs.pop(task, None)
             task.loose = False
             error = self.broken or task.comm.broken
             if error is not None and poll_error is None:
@@ -493,6 +496,15 @@ class Engine:
                     while not work._done:
                         if self._alone(task):
                             progressed = self._poll_alone(task, idle)
+                        elif idle % CTL_EVERY and task.t_start is not None \
+                                and not task.lane.needs_slot:
+                            # MPI runs it: a test of its request progresses every
+                            # collective MPI runs, and a whole pass (every task, the
+                            # control plane) costs ten times more; every CTL_EVERY-th
+                            # try is a whole pass, so everything else still moves
+                            progressed = task.poll()
+                            if task.finished:
+                                self.retire(task)
                         else:
                             progressed = self._pass()
                         if self._callbacks:
@@ -778,7 +790,12 @@ class Engine:
         one (waiting for a slot, or for its global order) issued that long ago, when
         nothing at all progressed on this rank meanwhile."""
         now = time.monotonic()
+        if now < self._timeout_look:
+            return
         limit = self.settings.timeout
+        # (every pass would build the list of everything pending: with a thousand
+        # collectives in flight that is most of a pass; a timeout is seconds)
+        self._timeout_look = now + min(TIMEOUT_LOOK, limit / 10)
         stalled = now - self.last_progress > limit
         for t in self.live():
             if t.state == RUNNING and now - t.last_progress > limit:

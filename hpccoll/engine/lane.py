@@ -94,15 +94,22 @@ class Lane:
 
 # -- the MPI library's own collectives -----------------------------------------------------
 class Persistent:
-    """One persistent request of a plan (MPI-4 ``*_init``) on staging arrays the plan owns.
-    ``Init`` is a collective call: it is made when the slot is first started, which
-    happens in the communicator's collective order like any start."""
-    __slots__ = ("send", "recv", "req", "busy")
+    """One persistent request (MPI-4 ``*_init``) on staging arrays of its own.  ``Init``
+    is a collective call: it is made when the slot is first started, which happens in
+    the communicator's collective order like any start; the staging arrays (``shapes``:
+    element counts of send and receive, None where this rank has none, and the dtype)
+    are made then too, so a slot never used costs nothing."""
+    __slots__ = ("send", "recv", "req", "busy", "shapes")
 
-    def __init__(self, send, recv):
-        self.send, self.recv = send, recv
-        self.req = None
+    def __init__(self, shapes):
+        self.shapes = shapes
+        self.send = self.recv = self.req = None
         self.busy = False
+
+    def make(self) -> None:
+        ns, nr, dt = self.shapes
+        self.send = None if ns is None else np.empty(ns, dt)
+        self.recv = None if nr is None else np.empty(nr, dt)
 
 
 NONBLOCKING = {"allreduce": "Iallreduce", "broadcast": "Ibcast", "allgather": "Iallgather",
@@ -162,6 +169,8 @@ def start_slot(r, slot, send):
     request is initialised at its first start, in the collective order like any start.
     Returns the request."""
     kind = r.kind
+    if slot.req is None:
+        slot.make()
     if kind == "broadcast":
         if r.root == r.rank:
             slot.recv[...] = send
