@@ -240,7 +240,7 @@ class CommState:
                                             partial(_row, plan.fp, seq), tag)
                         gated = plan.recipe is not None or plan.detour is not None
                     elif digest is not None:
-                        check = self._check(digest, ledger.padded(ledger.every), tag)
+                        check = self._check(digest, ledger.padded_later(ledger.every), tag)
                 prev = self.last
                 if prev is not None:
                     prev = prev()
