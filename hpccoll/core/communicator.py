@@ -110,10 +110,11 @@ class Communicator:
         st.free_mpi()
 
     # -- collectives ---------------------------------------------------------------------
-    # Every method has the same shape, written out (not shared through helpers): this is
-    # the most frequent call of all, and at 8 B each Python call in it costs as much as
-    # MPI's own collective (docs/performance.md, "per-call cost").  A call on the arrays
-    # the last one of its collective had takes the kept Call (validate.Recent).
+    # Every method has the same shape, its checks of the state, key and blocks written out
+    # (not shared through a helper): this is the most frequent call of all, and at 8 B
+    # each Python call in it costs as much as MPI's own collective (docs/performance.md,
+    # "per-call cost").  A call on the arrays the last one of its collective had takes the
+    # kept Call (validate.Recent.read: one call either way).
     def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
         st = self._state
         if not st.ok:
@@ -122,11 +123,8 @@ class Communicator:
             key, blocks = self._extras(key, blocks)
         else:
             blocks = self._blocks
-        recent = self._recent["allreduce"]
-        call = None if recvbuf is None else recent.get(sendbuf, recvbuf, op)
-        if call is None:
-            call = recent.keep(validate.allreduce(st, sendbuf, recvbuf, op), sendbuf,
-                               recvbuf, op)
+        call = self._recent["allreduce"].read(validate.allreduce, (st, sendbuf, recvbuf, op),
+                                              sendbuf, recvbuf, op)
         return st.issue(call, key, blocks)
 
     def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None, blocks=None) -> Work:
@@ -137,11 +135,8 @@ class Communicator:
             key, blocks = self._extras(key, blocks)
         else:
             blocks = self._blocks
-        recent = self._recent["reduce"]
-        call = None if recvbuf is None else recent.get(sendbuf, recvbuf, op, root)
-        if call is None:
-            call = recent.keep(validate.reduce(st, sendbuf, recvbuf, op, root), sendbuf,
-                               recvbuf, op, root)
+        call = self._recent["reduce"].read(validate.reduce, (st, sendbuf, recvbuf, op, root),
+                                           sendbuf, recvbuf, op, root)
         return st.issue(call, key, blocks)
 
     def broadcast(self, buf, root=0, key=None, blocks=None) -> Work:
@@ -152,10 +147,8 @@ class Communicator:
             key, blocks = self._extras(key, blocks)
         else:
             blocks = self._blocks
-        recent = self._recent["broadcast"]
-        call = recent.get(buf, buf, root)
-        if call is None:
-            call = recent.keep(validate.broadcast(st, buf, root), buf, buf, root)
+        call = self._recent["broadcast"].read(validate.broadcast, (st, buf, root), buf, buf,
+                                              root)
         return st.issue(call, key, blocks)
 
     def allgather(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
@@ -166,10 +159,8 @@ class Communicator:
             key, blocks = self._extras(key, blocks)
         else:
             blocks = self._blocks
-        recent = self._recent["allgather"]
-        call = None if recvbuf is None else recent.get(sendbuf, recvbuf)
-        if call is None:
-            call = recent.keep(validate.allgather(st, sendbuf, recvbuf), sendbuf, recvbuf)
+        call = self._recent["allgather"].read(validate.allgather, (st, sendbuf, recvbuf),
+                                              sendbuf, recvbuf)
         return st.issue(call, key, blocks)
 
     def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
@@ -180,11 +171,8 @@ class Communicator:
             key, blocks = self._extras(key, blocks)
         else:
             blocks = self._blocks
-        recent = self._recent["reduce_scatter"]
-        call = None if recvbuf is None else recent.get(sendbuf, recvbuf, op)
-        if call is None:
-            call = recent.keep(validate.reduce_scatter(st, sendbuf, recvbuf, op), sendbuf,
-                               recvbuf, op)
+        call = self._recent["reduce_scatter"].read(
+            validate.reduce_scatter, (st, sendbuf, recvbuf, op), sendbuf, recvbuf, op)
         return st.issue(call, key, blocks)
 
     def alltoall(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
@@ -195,10 +183,8 @@ class Communicator:
             key, blocks = self._extras(key, blocks)
         else:
             blocks = self._blocks
-        recent = self._recent["alltoall"]
-        call = None if recvbuf is None else recent.get(sendbuf, recvbuf)
-        if call is None:
-            call = recent.keep(validate.alltoall(st, sendbuf, recvbuf), sendbuf, recvbuf)
+        call = self._recent["alltoall"].read(validate.alltoall, (st, sendbuf, recvbuf),
+                                             sendbuf, recvbuf)
         return st.issue(call, key, blocks)
 
     def barrier(self, key=None) -> Work:

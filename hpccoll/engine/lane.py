@@ -286,7 +286,10 @@ class DetourLane(Lane):
             if self.inplace:
                 # one buffer holds both: copy the larger, view the other inside it
                 sdev, rdev = self.devs
-                outer, odev, idev = (recv, rdev, sdev) if recv.size >= send.size else                     (send, sdev, rdev)
+                if recv.size >= send.size:
+                    outer, odev, idev = recv, rdev, sdev
+                else:
+                    outer, odev, idev = send, sdev, rdev
                 host = self._host(outer)
                 if outer.size:
                     outer.copy_to_host(host, stream=self.stream)
