@@ -80,6 +80,7 @@ class Context:
         self._allocs: list = []        # registered allocations (ctx.empty)
         self._node = None              # this node's ranks (_meet_node; registered buffers)
         self._fence_win = None         # shm_fence's window
+        self.c_programs = False        # every rank runs shared-memory programs in C (_meet_node)
         self._node_index: dict = {}
         self._epoch = time.time() - time.monotonic()   # monotonic -> wall clock, for traces
         self._comms: list = []
@@ -119,7 +120,13 @@ class Context:
         self._node_index = {w: i for i, (w, _) in enumerate(met)}
         # every rank's node (its lowest rank): the shape of a communicator, the same on
         # every rank, picks its calibration
-        self._node_of = tuple(self._ctl.allgather(min(w for w, _ in met)))
+        # and whether every rank has the C executor of shared-memory programs: they must
+        # all choose the same algorithms (core/plan.py)
+        from ..engine import code
+        c_here = bool(self.settings.shm_in_c and code._native is not None)
+        got = self._ctl.allgather((min(w for w, _ in met), c_here))
+        self._node_of = tuple(g[0] for g in got)
+        self.c_programs = all(g[1] for g in got)
         if self.settings.node_size:
             self._node_of = tuple(w // self.settings.node_size for w in range(self.size))
         self.oversubscribed = len(met) > len(frozenset().union(*(c for _, c in met)))

@@ -166,6 +166,8 @@ class Plan:
                                             else None)
                 if self.ops is _lanes.HostOps:
                     rt.code = _lanes._code.build(program, rt, dt, self.op)
+                    if state.ctx.c_programs:
+                        rt.native = _lanes._code.native(rt.code, dt, self.op)
             lane.shm, lane.base, lane.code = rt, area.epoch, rt.code
             # the next collective starts on the same slot, however many epochs this one
             # took: a repeated collective reuses memory still in cache instead of
@@ -280,9 +282,15 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
         # avg would divide into the output, which is not the input's size here, or only
         # the root's; in place or not may differ by rank, so it cannot decide (lane.post)
         native = native and call.op != "avg"
+    # shared memory run in C from smaller sizes on, for the reductions measured there
+    c_bytes = (s.shm_c_bytes if layout == "flat" and ctx.c_programs
+               and coll in ("allreduce", "reduce", "reduce_scatter")
+               and len(shm["local"]) <= _lanes._code.C_MAX_RANKS
+               and _lanes._code.c_reduces(dt, call.op) else 0)
     choice = algorithms.Choice(nbytes, s.small_msg_bytes, layout, s.shm_min_bytes,
                                reg is not None, s.mpi_coll_bytes, native,
-                               "" if on_device else _prefer(state, coll, nbytes, reg is not None))
+                               "" if on_device else _prefer(state, coll, nbytes, reg is not None),
+                               c_bytes)
     algo = algorithms.select(coll, choice)
     # a small device collective MPI can run goes through the host: one copy each way
     # around MPI's own collective, instead of a copy per step of hpccoll's algorithms

@@ -362,14 +362,15 @@ class Shm:
     map from local index to communicator rank, peers' registered buffers (typed views),
     when the collective uses them, and typed views of the slots, made on first use and
     kept (each collective's epoch base is its lane's), and the plan's program compiled
-    (engine/code.py), or None where it is interpreted."""
-    __slots__ = ("area", "local", "peer_send", "peer_recv", "slots", "code")
+    (engine/code.py), or None where it is interpreted, and encoded for the C executor
+    (``code.native``), or None where Python runs it."""
+    __slots__ = ("area", "local", "peer_send", "peer_recv", "slots", "code", "native")
 
     def __init__(self, area, local, peer_send=None, peer_recv=None):
         self.area, self.local = area, local
         self.peer_send, self.peer_recv = peer_send, peer_recv
         self.slots = {}
-        self.code = None
+        self.code = self.native = None
 
 
 class ProgramLane(Lane):

@@ -290,3 +290,40 @@ def test_a_communicators_area_is_one_mapped_file_gone_from_the_file_system(sctx,
         assert left == []
     finally:
         c.free()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("off_on", ["none", "rank1", "all"])
+def test_shared_memory_in_c_from_small_sizes_agreed_by_every_rank(mpi_world, off_on):
+    """Where every rank runs shared-memory programs in C (shm_in_c, _native.c built), the
+    reductions take them above shm_c_bytes (16 KiB here); where one rank has them off, no
+    rank does (they must choose alike), and MPI's own runs them as before.  Results
+    against MPI's own, integers exact, every op the C executor has and one it lacks."""
+    from hpccoll.engine import code
+    r = mpi_world.rank
+    on = not (off_on == "all" or (off_on == "rank1" and r == 1))
+    with hpccoll.init(trace=True, timeout=60, shm_in_c=on) as ctx:
+        w = ctx.world
+        n = w.size
+        in_c = code._native is not None and off_on == "none"
+        assert ctx.c_programs == in_c
+        count = 4096 // n * n           # 16 KiB of int32 or float32
+        for dt, op, mop in [(np.int32, "sum", MPI.SUM), (np.int32, "max", MPI.MAX),
+                            (np.int32, "min", MPI.MIN), (np.float32, "sum", MPI.SUM),
+                            (np.float32, "max", MPI.MAX)]:
+            x = ints(count, r, 3, dt)
+            want = np.empty_like(x)
+            mpi_world.Allreduce(x, want, op=mop)
+            np.testing.assert_array_equal(w.allreduce(x, op=op).wait(), want)
+            np.testing.assert_array_equal(w.reduce_scatter(x, op=op).wait(),
+                                          want[r * (count // n):(r + 1) * (count // n)])
+            got = w.reduce(x, op=op, root=n - 1).wait()
+            if r == n - 1:
+                np.testing.assert_array_equal(got, want)
+            # float max stays NumPy's (NaN rules): MPI's own runs it at this size
+            c_here = in_c and not (dt is np.float32 and op == "max")
+            assert algos(ctx) == {(c, "shm" if c_here else "mpi")
+                                  for c in ("allreduce", "reduce_scatter", "reduce")}
+        # at shm_c_bytes and below, MPI's own still
+        w.allreduce(np.ones(2048, np.float32)).wait()
+        assert algos(ctx) == {("allreduce", "mpi")}

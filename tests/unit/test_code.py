@@ -42,8 +42,30 @@ def areas(n, slots):
     return made
 
 
+NATIVE_REQUIRED = os.environ.get("HPCCOLL_REQUIRE_NATIVE") == "1"
+
+
+@pytest.fixture(params=["python", "native"])
+def executor(request):
+    """Who runs the compiled programs: code.run's Python, or the C executor (_native.c;
+    CI builds it and sets HPCCOLL_REQUIRE_NATIVE=1, so there it cannot be skipped)."""
+    if request.param == "native" and code._native is None:
+        if NATIVE_REQUIRED:
+            pytest.fail("HPCCOLL_REQUIRE_NATIVE=1 but hpccoll.engine._native is not built")
+        pytest.skip("the C executor is not built here (no C compiler at install)")
+    return request.param
+
+
+def test_the_c_executor_is_built_where_required():
+    if not NATIVE_REQUIRED:
+        pytest.skip("HPCCOLL_REQUIRE_NATIVE is not set")
+    assert code._native is not None
+
+
 def run_all(fn, specs, bufs, op, dtype, compiled, seed, base=0, registered=False):
-    """Every rank's lane to its end, in a random interleaving; returns the lanes."""
+    """Every rank's lane to its end, in a random interleaving; returns the lanes.
+    ``compiled``: False (interpreted), True (code.run in Python) or "native" (the C
+    executor where it has the program's reduction; Python otherwise)."""
     n = len(specs)
     slots = specs[0].slots
     made = areas(n, slots)
@@ -61,8 +83,17 @@ def run_all(fn, specs, bufs, op, dtype, compiled, seed, base=0, registered=False
                            HostOps)
         lane.shm, lane.base = rt, base
         if compiled:
-            lane.code = code.build(program, rt, np.dtype(dtype), op)
+            lane.code = rt.code = code.build(program, rt, np.dtype(dtype), op)
             assert lane.code is not None
+        if compiled == "native":
+            rt.native = code.native(lane.code, np.dtype(dtype), op)
+            dt = np.dtype(dtype)
+            has = (op in code.NATIVE_OPS and dt in code.NATIVE_DTYPES
+                   and not (dt.kind == "f" and op in ("max", "min")))
+            kinds = {ins[0] for ins in lane.code}
+            takes = kinds <= {code.WAIT, code.SIGNAL, code.COPY} or (
+                has and kinds <= {code.WAIT, code.SIGNAL, code.COPY, code.UFUNC})
+            assert (rt.native is not None) == takes, "the C executor takes what it has"
         lanes.append(lane)
     rng = np.random.default_rng(seed)
     for _ in range(100_000):
@@ -73,13 +104,16 @@ def run_all(fn, specs, bufs, op, dtype, compiled, seed, base=0, registered=False
     raise AssertionError("the lanes did not finish: a wait that never holds")
 
 
-def both(fn, make_specs, make_bufs, op, dtype, seed, **kw):
-    """(compiled buffers, interpreted buffers) of the same collective and inputs."""
-    out = []
-    for compiled in (True, False):
+def both(fn, make_specs, make_bufs, op, dtype, seed, executor="python", **kw):
+    """(compiled buffers, interpreted buffers) of the same collective and inputs; the
+    compiled lanes run by ``executor``.  Both made the same number of flag waits."""
+    out, waits = [], []
+    for compiled in ("native" if executor == "native" else True, False):
         bufs = make_bufs()
-        run_all(fn, make_specs(), bufs, op, dtype, compiled, seed, **kw)
+        lanes = run_all(fn, make_specs(), bufs, op, dtype, compiled, seed, **kw)
+        waits.append([lane.waits_done for lane in lanes])
         out.append(bufs)
+    assert waits[0] == waits[1]
     return out
 
 
@@ -87,7 +121,7 @@ def both(fn, make_specs, make_bufs, op, dtype, seed, **kw):
 @pytest.mark.parametrize("op,dtype", [("sum", np.int64), ("max", np.int32),
                                       ("sum", np.float16), ("avg", np.float32)])
 @pytest.mark.parametrize("registered", [False, True])
-def test_allreduce(n, op, dtype, registered):
+def test_allreduce(n, op, dtype, registered, executor):
     """One chunk and more chunks than slots; the float16 sum and avg take the generic
     reduction (accumulator, divisor), the others the ufunc chain."""
     itemsize = np.dtype(dtype).itemsize
@@ -98,7 +132,7 @@ def test_allreduce(n, op, dtype, registered):
         specs = lambda: [Spec("allreduce", r, n, count, chunk=chunk, slots=2, avg=op == "avg",
                               registered=registered) for r in range(n)]
         bufs = lambda: [[x.copy(), np.full(count, 99, dtype), None] for x in xs]
-        mine, ref = both(shm.allreduce, specs, bufs, op, dtype, seed, base=4,
+        mine, ref = both(shm.allreduce, specs, bufs, op, dtype, seed, executor, base=4,
                          registered=registered)
         for r in range(n):
             assert mine[r][RECV].tobytes() == ref[r][RECV].tobytes()
@@ -113,14 +147,14 @@ def test_allreduce(n, op, dtype, registered):
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
-def test_reduce_broadcast_allgather_reduce_scatter(n):
+def test_reduce_broadcast_allgather_reduce_scatter(n, executor):
     rng = np.random.default_rng(n)
     count, chunk = 50, 8
     xs = [rng.integers(-5, 6, n * count).astype(np.int64) for _ in range(n)]
     for root in range(n):
         specs = lambda: [Spec("reduce", r, n, count, chunk=chunk, root=root) for r in range(n)]
         bufs = lambda: [[x[:count].copy(), np.full(count, 99, np.int64), None] for x in xs]
-        mine, ref = both(shm.reduce, specs, bufs, "sum", np.int64, root)
+        mine, ref = both(shm.reduce, specs, bufs, "sum", np.int64, root, executor)
         np.testing.assert_array_equal(mine[root][RECV], np.sum([x[:count] for x in xs], axis=0))
         np.testing.assert_array_equal(mine[root][RECV], ref[root][RECV])
 
@@ -133,7 +167,7 @@ def test_reduce_broadcast_allgather_reduce_scatter(n):
                 b = x[:count].copy() if r == root else np.full(count, 99, np.int64)
                 out.append([b, b, None])
             return out
-        mine, _ = both(shm.broadcast, specs, bcast_bufs, None, np.int64, root)
+        mine, _ = both(shm.broadcast, specs, bcast_bufs, None, np.int64, root, executor)
         for r in range(n):
             np.testing.assert_array_equal(mine[r][RECV], xs[root][:count])
 
@@ -141,14 +175,15 @@ def test_reduce_broadcast_allgather_reduce_scatter(n):
         specs = lambda: [Spec("allgather", r, n, count, chunk=chunk, registered=registered)
                          for r in range(n)]
         bufs = lambda: [[x[:count].copy(), np.full(n * count, 99, np.int64), None] for x in xs]
-        mine, _ = both(shm.allgather, specs, bufs, None, np.int64, 3, registered=registered)
+        mine, _ = both(shm.allgather, specs, bufs, None, np.int64, 3, executor,
+                       registered=registered)
         for r in range(n):
             np.testing.assert_array_equal(mine[r][RECV], np.concatenate([x[:count] for x in xs]))
 
         specs = lambda: [Spec("reduce_scatter", r, n, count, chunk=chunk, registered=registered)
                          for r in range(n)]
         bufs = lambda: [[x.copy(), np.full(count, 99, np.int64), None] for x in xs]
-        mine, _ = both(shm.reduce_scatter, specs, bufs, "sum", np.int64, 4,
+        mine, _ = both(shm.reduce_scatter, specs, bufs, "sum", np.int64, 4, executor,
                        registered=registered)
         total = np.sum(xs, axis=0)
         for r in range(n):
@@ -162,3 +197,54 @@ def test_programs_with_mpi_transfers_are_interpreted():
     made = areas(2, 2)
     program = Program(shm.allreduce_hier(spec))
     assert code.build(program, Shm(made[0], (0, 1)), np.dtype(np.int64), "sum") is None
+
+
+WIDE = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+        np.float32, np.float64]
+
+
+@pytest.mark.parametrize("dtype", WIDE)
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
+def test_every_reduction_the_c_executor_has_matches_numpy_bit_for_bit(dtype, op, executor):
+    """Integers at their limits (sum and prod wrap as NumPy's do), floats with NaN,
+    infinities and signed zeros: the same bits from either executor (float max and min
+    stay NumPy's: native() leaves them to it)."""
+    n, count = 3, 40
+    rng = np.random.default_rng(7)
+    info = np.iinfo(dtype) if np.issubdtype(dtype, np.integer) else None
+    if info is not None:
+        special = np.array([info.min, info.max, info.max - 1, 0, 1], dtype)
+        xs = [rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
+              for _ in range(n)]
+    else:
+        special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0], dtype)
+        xs = [(rng.standard_normal(count) * 1e3).astype(dtype) for _ in range(n)]
+    for x in xs:
+        x[rng.choice(count, len(special), replace=False)] = special
+    specs = lambda: [Spec("allreduce", r, n, count, chunk=16, slots=2) for r in range(n)]
+    bufs = lambda: [[x.copy(), np.zeros(count, dtype), None] for x in xs]
+    with np.errstate(all="ignore"):
+        mine, ref = both(shm.allreduce, specs, bufs, op, dtype, 11, executor)
+    for r in range(n):
+        assert mine[r][RECV].tobytes() == ref[r][RECV].tobytes()
+
+
+def test_the_c_executor_refuses_buffers_smaller_than_its_program():
+    """An encoding says how many bytes of each buffer it touches; a call with less is an
+    error, never a write past the end."""
+    if code._native is None and not NATIVE_REQUIRED:
+        pytest.skip("the C executor is not built here (no C compiler at install)")
+    n, count = 2, 40
+    made = areas(n, 2)
+    spec = Spec("allreduce", 0, n, count, chunk=16, slots=2)
+    program = Program(shm.allreduce(spec))
+    rt = Shm(made[0], tuple(range(n)))
+    rows = code.native(code.build(program, rt, np.dtype(np.int32), "sum"), np.dtype(np.int32),
+                       "sum")
+    ok = np.zeros(count, np.int32)
+    with pytest.raises(ValueError, match="buffer 1 holds"):
+        code._native.run(rows, 0, 0, ok, np.zeros(count - 1, np.int32), np.empty(0, np.uint8))
+    with pytest.raises(ValueError, match="pc out of range"):
+        code._native.run(rows, len(program.steps) + 1, 0, ok, ok.copy(), np.empty(0, np.uint8))
+    with pytest.raises(ValueError, match="not an encoded program"):
+        code._native.run(np.zeros((2, code._native.NROW), np.int64), 0, 0, ok, ok, ok)

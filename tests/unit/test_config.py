@@ -74,9 +74,9 @@ def test_a_misspelt_variable_is_named_with_the_closest_setting():
                                          "ignored; did you mean HPCCOLL_TIMEOUT"):
         s = config.resolve(environ={"HPCCOLL_TIMEOUTT": "5"})
     assert s.timeout is None
-    with pytest.warns(UserWarning, match="HPCCOLL_FROBNICATE is not an hpccoll setting.*"
+    with pytest.warns(UserWarning, match="HPCCOLL_QWZRTY is not an hpccoll setting.*"
                                          "python -m hpccoll config"):
-        config.resolve(environ={"HPCCOLL_FROBNICATE": "1"})
+        config.resolve(environ={"HPCCOLL_QWZRTY": "1"})
     # once per name; the tools' own variables and real settings say nothing
     import warnings
     with warnings.catch_warnings():

@@ -1,0 +1,188 @@
+/* The compiled shared-memory programs of engine/code.py, executed in C.
+ *
+ * code.run interprets a plan's instructions in Python: per instruction a dispatch, the
+ * caller's slices made, a NumPy call.  On a 64 KiB allreduce at 2 ranks that Python is
+ * about a third of the collective.  Here the same instructions, encoded once per plan by
+ * code.native() as rows of NROW int64, run in one call until a flag wait that does not
+ * hold yet, or the end.  The GIL stays held (the loop is short, and letting go of it
+ * hands the caller's thread to the switch interval of whoever takes it).
+ *
+ * Row 0 is a header: MAGIC, then the bytes each of the call's three buffers (send,
+ * recv, scratch) must hold at least; it is checked at every call, so an encoding never
+ * writes past a buffer it was not made for.  Instruction i is row i + 1:
+ *
+ *   WAIT    epoch, npeers, &counter...      every counter >= base + epoch, else stop here
+ *   SIGNAL  epoch, &counter                 counter = base + epoch
+ *   COPY    dst, src, nbytes                memcpy (regions never overlap)
+ *   REDUCE  dst, count, fn, nsrc, src...    dst = src0 (op) src1 (op) src2 ... in order
+ *
+ * An operand is two words: kind 0-2 (the call's send, recv or scratch buffer) and a
+ * byte offset into it, or kind 3 and an absolute address (node-shared memory).
+ *
+ * Memory ordering (transport/shm.py): a writer stores its data, a full fence, then the
+ * counter (release); a reader loads the counter (acquire) and fences before the data.
+ * These are the same fences the Python executor gets from MPI_Win_sync.
+ *
+ * Reductions are elementwise, in the order NumPy's ufuncs apply them, so results are
+ * bit for bit NumPy's: integer sum and prod wrap (computed unsigned: signed overflow is
+ * undefined in C), float sum and prod in the array's own type (no -ffast-math).  Float
+ * max and min are left to NumPy (NaN and signed-zero rules); so are the low-precision
+ * types, avg, and every other op: code.native() returns None for such programs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define NROW 40   /* a reduction of up to 17 sources, a wait on up to 37 peers */
+#define MAGIC 0x68706363  /* "hpcc" */
+
+enum { OP_WAIT = 0, OP_SIGNAL = 1, OP_COPY = 2, OP_REDUCE = 3 };
+
+typedef void (*reduce_fn)(void *, const void *, const void *, int64_t);
+
+#define BINARY(NAME, T, EXPR)                                                     \
+    static void NAME(void *dv, const void *av, const void *bv, int64_t n) {       \
+        T *d = (T *)dv;                                                           \
+        const T *a = (const T *)av, *b = (const T *)bv;                           \
+        for (int64_t i = 0; i < n; i++) {                                         \
+            T x = a[i], y = b[i];                                                 \
+            d[i] = (EXPR);                                                        \
+        }                                                                         \
+    }
+
+/* integers: sum, prod (unsigned arithmetic, two's complement wrap), max, min */
+#define INTS(S, T, U)                                                             \
+    BINARY(sum_##S, T, (T)((U)x + (U)y))                                          \
+    BINARY(prod_##S, T, (T)((U)x * (U)y))                                         \
+    BINARY(max_##S, T, x >= y ? x : y)                                            \
+    BINARY(min_##S, T, x <= y ? x : y)
+INTS(i8, int8_t, uint8_t)
+INTS(i16, int16_t, uint16_t)
+INTS(i32, int32_t, uint32_t)
+INTS(i64, int64_t, uint64_t)
+INTS(u8, uint8_t, uint8_t)
+INTS(u16, uint16_t, uint16_t)
+INTS(u32, uint32_t, uint32_t)
+INTS(u64, uint64_t, uint64_t)
+BINARY(sum_f32, float, x + y)
+BINARY(prod_f32, float, x * y)
+BINARY(sum_f64, double, x + y)
+BINARY(prod_f64, double, x * y)
+
+/* indexed by code.py's NATIVE_FNS: dtype-major, then sum, prod, max, min */
+static const reduce_fn FNS[] = {
+    sum_i8, prod_i8, max_i8, min_i8,     sum_i16, prod_i16, max_i16, min_i16,
+    sum_i32, prod_i32, max_i32, min_i32, sum_i64, prod_i64, max_i64, min_i64,
+    sum_u8, prod_u8, max_u8, min_u8,     sum_u16, prod_u16, max_u16, min_u16,
+    sum_u32, prod_u32, max_u32, min_u32, sum_u64, prod_u64, max_u64, min_u64,
+    sum_f32, prod_f32, NULL, NULL,       sum_f64, prod_f64, NULL, NULL,
+};
+#define NFNS ((int64_t)(sizeof(FNS) / sizeof(FNS[0])))
+
+static inline char *at(char *const *bufs, int64_t kind, int64_t off) {
+    return kind == 3 ? (char *)(intptr_t)off : bufs[kind] + off;
+}
+
+/* run(code, pc, base, send, recv, scratch) -> (pc, flag waits passed)
+ * Executes from instruction pc until a WAIT that does not hold or the end (pc = count). */
+static PyObject *run(PyObject *self, PyObject *args) {
+    PyObject *code_o, *obj[3];
+    Py_ssize_t pc;
+    long long base;
+    if (!PyArg_ParseTuple(args, "OnLOOO", &code_o, &pc, &base, &obj[0], &obj[1], &obj[2]))
+        return NULL;
+    Py_buffer cv, bv[3];
+    int held = 0;
+    long waits = 0;
+    if (PyObject_GetBuffer(code_o, &cv, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const int64_t *code = cv.buf;
+    Py_ssize_t count = cv.len / (NROW * 8) - 1;
+    if (count < 0 || code[0] != MAGIC || pc < 0 || pc > count) {
+        PyErr_SetString(PyExc_ValueError, "native run: not an encoded program, or pc out of range");
+        goto fail;
+    }
+    char *bufs[3];
+    for (int i = 0; i < 3; i++) {
+        Py_ssize_t len = 0;
+        bufs[i] = NULL;
+        if (obj[i] != Py_None) {   /* (None: a reduce's recvbuf off its root) */
+            if (PyObject_GetBuffer(obj[i], &bv[held], i ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+                goto fail;
+            bufs[i] = bv[held].buf;
+            len = bv[held++].len;
+        }
+        if (len < code[1 + i]) {
+            PyErr_Format(PyExc_ValueError, "native run: buffer %d holds %zd bytes, the "
+                         "program needs %lld", i, len, (long long)code[1 + i]);
+            goto fail;
+        }
+    }
+    for (; pc < count; pc++) {
+        const int64_t *ins = code + (pc + 1) * NROW;
+        switch (ins[0]) {
+        case OP_WAIT: {
+            int64_t v = base + ins[1];
+            for (int64_t i = 0; i < ins[2]; i++)
+                if (__atomic_load_n((int64_t *)(intptr_t)ins[3 + i], __ATOMIC_ACQUIRE) < v)
+                    goto stop;
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* counter before data */
+            waits++;
+            break;
+        }
+        case OP_SIGNAL:
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* data before counter */
+            __atomic_store_n((int64_t *)(intptr_t)ins[2], base + ins[1], __ATOMIC_RELEASE);
+            break;
+        case OP_COPY:
+            memcpy(at(bufs, ins[1], ins[2]), at(bufs, ins[3], ins[4]), (size_t)ins[5]);
+            break;
+        case OP_REDUCE: {
+            reduce_fn fn = ins[4] >= 0 && ins[4] < NFNS ? FNS[ins[4]] : NULL;
+            int64_t nsrc = ins[5];
+            if (fn == NULL || nsrc < 2 || 6 + 2 * nsrc > NROW) {
+                PyErr_SetString(PyExc_ValueError, "native run: bad reduction");
+                goto fail;
+            }
+            char *d = at(bufs, ins[1], ins[2]);
+            fn(d, at(bufs, ins[6], ins[7]), at(bufs, ins[8], ins[9]), ins[3]);
+            for (int64_t s = 2; s < nsrc; s++)
+                fn(d, d, at(bufs, ins[6 + 2 * s], ins[7 + 2 * s]), ins[3]);
+            break;
+        }
+        default:
+            PyErr_SetString(PyExc_ValueError, "native run: bad opcode");
+            goto fail;
+        }
+    }
+stop:
+    for (int i = 0; i < held; i++)
+        PyBuffer_Release(&bv[i]);
+    PyBuffer_Release(&cv);
+    return Py_BuildValue("(nl)", pc, waits);
+fail:
+    for (int i = 0; i < held; i++)
+        PyBuffer_Release(&bv[i]);
+    PyBuffer_Release(&cv);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"run", run, METH_VARARGS,
+     "run(code, pc, base, send, recv, scratch) -> (pc, waits): execute an encoded "
+     "shared-memory program from pc until a flag wait that does not hold, or the end"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "hpccoll.engine._native",
+                                    "engine/code.py's programs executed in C", -1, methods};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && (PyModule_AddIntConstant(m, "NROW", NROW) < 0 ||
+                      PyModule_AddIntConstant(m, "MAGIC", MAGIC) < 0)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
