@@ -253,8 +253,9 @@ class CommState:
                 # queued before it, or the persistent request it takes is still busy
                 if (plan.early and prev is None and engine.early
                         and (lane.slot is None or not lane.slot.busy)):
-                    if self.fast and check is None:
-                        # loose: its waiter polls it, the engine adopts it only if needed
+                    if self.fast:
+                        # loose: its waiter polls it (with the digest check riding along,
+                        # if due), the engine adopts it only if needed
                         try:
                             task.start(task.t_issue)
                         except Exception as exc:   # MPI's error at post time: the task's
@@ -265,7 +266,7 @@ class CommState:
                             return task
                     elif engine.start_now(task):
                         return task
-                elif (lane.code is not None and prev is None and self.fast and check is None
+                elif (lane.code is not None and prev is None and self.fast
                       and engine.solo and not engine._live and not engine.sq
                       and lane.holds.held < lane.holds.capacity):
                     # a shared-memory program while the engine has nothing to do: it

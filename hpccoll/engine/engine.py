@@ -212,12 +212,12 @@ class Engine:
                 def mark():
                     return self._loose_moves
             elif lane.needs_slot:
-                test = lane.test
+                test = lane.test if task.check is None else task.poll_loose
 
                 def mark():
                     return lane.pc
             else:
-                test, mark = lane.req.Test, None
+                test, mark = (lane.req.Test if task.check is None else task.poll_loose), None
             s = self.settings
             polls = s.spin_polls or 1
             deadline = seen = None   # (looked up only if the first polls do not suffice)
@@ -260,7 +260,7 @@ class Engine:
             self._step_loose()
             return
         try:
-            if task.lane.test():
+            if task.lane.test() if task.check is None else task.poll_loose():
                 self._done_loose(task)
         except Exception as exc:
             self._adopt_loose(task, poll_error=exc)
@@ -283,11 +283,11 @@ class Engine:
             try:
                 if lane.needs_slot:
                     pc = lane.pc
-                    done = lane.test()
+                    done = lane.test() if t.check is None else t.poll_loose()
                     if lane.pc != pc:
                         self._loose_moves += 1
                 else:
-                    done = lane.req.Test()
+                    done = lane.req.Test() if t.check is None else t.poll_loose()
             except Exception as exc:
                 self._adopt_loose(t, poll_error=exc)
                 continue
@@ -312,6 +312,8 @@ class Engine:
         if self.flight is not None:
             self.flight.append(task)
         task.lane.release()
+        if task.check is not None:       # the digest agreed up to here (close() skips it)
+            task.comm.retire(task)
         task._done = True       # no callbacks: add_done_callback adopts the task first
 
     def adopt_loose(self, blocking: bool = True) -> None:

@@ -154,6 +154,18 @@ class Task(Work):
             self.last_progress = time.monotonic()
         return progressed
 
+    def poll_loose(self) -> bool:
+        """A loose task's poll when the communicator's digest check rides along with it
+        (engine.py, wait_loose): the check's allreduce, then the data; True once both
+        completed.  A difference found raises CollectiveMismatch here, and the engine
+        adopts the task with it, as with an error MPI raised.  The data is tested as a
+        loose task's is (lane.test: the engine finishes it), so the engine can also take
+        the task over at any point and poll it its own way."""
+        check = self.check
+        if not check.done and check.run() and check.done:
+            self._verify()
+        return self.lane.test() and check.done
+
     def fail_from(self, exc: Exception) -> None:
         """What polling raised: MPI's error (explained, where ranks disagree), a mismatch,
         or a kernel or copy that failed (this collective's failure, not the engine's)."""
