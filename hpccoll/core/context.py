@@ -5,6 +5,7 @@ import atexit
 import os
 import sys
 import time
+import warnings
 import weakref
 from typing import Any, Optional
 
@@ -123,10 +124,19 @@ class Context:
         # and whether every rank has the C executor of shared-memory programs: they must
         # all choose the same algorithms (core/plan.py)
         from ..engine import code
-        c_here = bool(self.settings.shm_in_c and code._native is not None)
-        got = self._ctl.allgather((min(w for w, _ in met), c_here))
+        built = code._native is not None
+        got = self._ctl.allgather((min(w for w, _ in met), bool(self.settings.shm_in_c), built))
         self._node_of = tuple(g[0] for g in got)
-        self.c_programs = all(g[1] for g in got)
+        self.c_programs = all(on and b for _, on, b in got)
+        lacking = [w for w, (_, on, b) in enumerate(got) if on and not b]
+        if lacking and len(lacking) < len(got) and self.rank == 0:
+            # some ranks have it and would run faster: say who costs everybody that
+            warnings.warn(
+                f"hpccoll: shared-memory programs run in Python on every rank: rank(s) "
+                f"{', '.join(map(str, lacking[:8]))}{' ...' if len(lacking) > 8 else ''} "
+                f"lack the C executor (hpccoll/engine/_native.c, built at install where a C "
+                f"compiler is present; `python -m hpccoll config` says so per install)",
+                RuntimeWarning, stacklevel=3)
         if self.settings.node_size:
             self._node_of = tuple(w // self.settings.node_size for w in range(self.size))
         self.oversubscribed = len(met) > len(frozenset().union(*(c for _, c in met)))

@@ -351,3 +351,30 @@ def test_many_sizes_on_two_communicators_in_divergent_orders_exact(mpi_world):
             per = count // n
             np.testing.assert_array_equal(works[0].wait(), want)
             np.testing.assert_array_equal(works[1].wait(), want[r * per:(r + 1) * per])
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_rank_without_the_c_executor_is_named(mpi_world, monkeypatch):
+    """One rank's install lacks _native.c's build: nobody runs programs in C (they must
+    choose alike), and rank 0 warns naming that rank, where the others have it."""
+    from hpccoll.engine import code
+    if code._native is None:
+        pytest.skip("the C executor is not built here: nothing to lack on one rank only")
+    r = mpi_world.rank
+    if r == 1:
+        monkeypatch.setattr(code, "_native", None)
+    import warnings
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with hpccoll.init(timeout=60, trace=True) as ctx:
+            assert not ctx.c_programs
+            x = ints(4096, r, 5, np.int32)          # 16 KiB: shared memory, were it in C
+            want = np.empty_like(x)
+            mpi_world.Allreduce(x, want)
+            np.testing.assert_array_equal(ctx.world.allreduce(x).wait(), want)
+            assert algos(ctx) == {("allreduce", "mpi")}
+    named = [str(w.message) for w in seen if "lack the C executor" in str(w.message)]
+    assert named == (["hpccoll: shared-memory programs run in Python on every rank: rank(s) 1 "
+                      "lack the C executor (hpccoll/engine/_native.c, built at install where a "
+                      "C compiler is present; `python -m hpccoll config` says so per install)"]
+                     if r == 0 else [])
