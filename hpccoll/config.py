@@ -227,7 +227,7 @@ SETTINGS: tuple[Setting, ...] = (
             "built at install where a C compiler is present) where it has their reduction: "
             "sum and prod on integer, float32 and float64 data, max and min on integers, "
             "or none; the others run in Python with NumPy, bit for bit alike.  Used only "
-            "when every rank has it built (agreed at init).", ),
+            "when every rank has it built (agreed at init)."),
     Setting("shm_c_bytes", int, 8 << 10,
             "Where shm_in_c runs them, allreduce, reduce and reduce_scatter on one node take "
             "node-shared memory instead of the MPI library's own collective above this "
@@ -482,7 +482,7 @@ def algorithm_choice(settings: Settings) -> list:
             picks = [algorithms.select(coll, algorithms.Choice(
                 n, settings.small_msg_bytes, "flat" if settings.shm else "",
                 settings.shm_min_bytes, reg, settings.mpi_coll_bytes, True, "",
-                c_bytes if coll in ("allreduce", "reduce", "reduce_scatter") else 0))
+                c_bytes if coll in algorithms.C_SHM_COLLECTIVES else 0))
                 for reg in (False, True)]
             cells.append(picks[0] if picks[0] == picks[1] else f"{picks[0]}({picks[1]})")
         lines.append(f"  {coll:<15}" + "".join(f"{c:>12}" for c in cells))

@@ -37,6 +37,11 @@ class Choice(NamedTuple):
     #                            MPI's own, where it runs this reduction (0: it does not)
 
 
+# the collectives whose shared-memory programs shm_c_bytes brings below shm_min_bytes
+# (the reductions, where it was measured; core/plan.py sets Choice.shm_c_bytes for them)
+C_SHM_COLLECTIVES = frozenset({"allreduce", "reduce", "reduce_scatter"})
+
+
 def _c_shm(c: Choice) -> bool:
     """Shared memory run in C beats MPI's own collective from small sizes on (2 ranks,
     against MPI's blocking collective: 16 KiB allreduce 0.94x, reduce 1.05x against

@@ -284,7 +284,7 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
         native = native and call.op != "avg"
     # shared memory run in C from smaller sizes on, for the reductions measured there
     c_bytes = (s.shm_c_bytes if layout == "flat" and ctx.c_programs
-               and coll in ("allreduce", "reduce", "reduce_scatter")
+               and coll in algorithms.C_SHM_COLLECTIVES
                and len(shm["local"]) <= _lanes._code.C_MAX_RANKS
                and _lanes._code.c_reduces(dt, call.op) else 0)
     choice = algorithms.Choice(nbytes, s.small_msg_bytes, layout, s.shm_min_bytes,

@@ -45,14 +45,20 @@ def areas(n, slots):
 NATIVE_REQUIRED = os.environ.get("HPCCOLL_REQUIRE_NATIVE") == "1"
 
 
-@pytest.fixture(params=["python", "native"])
-def executor(request):
-    """Who runs the compiled programs: code.run's Python, or the C executor (_native.c;
-    CI builds it and sets HPCCOLL_REQUIRE_NATIVE=1, so there it cannot be skipped)."""
-    if request.param == "native" and code._native is None:
+def need_native() -> None:
+    """Skip where the C executor is not built, fail where it must be (CI builds it and
+    sets HPCCOLL_REQUIRE_NATIVE=1, so there it cannot be skipped)."""
+    if code._native is None:
         if NATIVE_REQUIRED:
             pytest.fail("HPCCOLL_REQUIRE_NATIVE=1 but hpccoll.engine._native is not built")
         pytest.skip("the C executor is not built here (no C compiler at install)")
+
+
+@pytest.fixture(params=["python", "native"])
+def executor(request):
+    """Who runs the compiled programs: code.run's Python, or the C executor (_native.c)."""
+    if request.param == "native":
+        need_native()
     return request.param
 
 
@@ -232,8 +238,7 @@ def test_every_reduction_the_c_executor_has_matches_numpy_bit_for_bit(dtype, op,
 def test_the_c_executor_refuses_buffers_smaller_than_its_program():
     """An encoding says how many bytes of each buffer it touches; a call with less is an
     error, never a write past the end."""
-    if code._native is None and not NATIVE_REQUIRED:
-        pytest.skip("the C executor is not built here (no C compiler at install)")
+    need_native()
     n, count = 2, 40
     made = areas(n, 2)
     spec = Spec("allreduce", 0, n, count, chunk=16, slots=2)
