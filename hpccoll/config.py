@@ -304,6 +304,13 @@ SETTINGS: tuple[Setting, ...] = (
             "Preemptive policy: an order-matched collective that the MPI library runs itself "
             "(mpi_coll_bytes) starts on the calling thread, skipping the engine's queue, when "
             "its communicator has nothing queued before it (see docs/performance.md)."),
+    Setting("calls_in_c", bool, True,
+            "Issue and complete collectives the MPI library runs itself in C "
+            "(hpccoll/core/_express.c, built at install where a C compiler is present): the "
+            "same steps as the Python path (sequence number, ledger, task, MPI's start; the "
+            "waiter's first spin and the completion), about 2 us less per collective.  "
+            "Whatever that path does not cover (the every-64th digest check, avg, a busy "
+            "persistent request, ...) takes the Python path, call by call."),
     Setting("persistent_bytes", int, 4096,
             "Collectives that run as the MPI library's own (mpi_coll_bytes) up to this many "
             "bytes reuse persistent requests (MPI-4 *_init, started again each call) on staging "
@@ -486,6 +493,11 @@ def algorithm_choice(settings: Settings) -> list:
                 for reg in (False, True)]
             cells.append(picks[0] if picks[0] == picks[1] else f"{picks[0]}({picks[1]})")
         lines.append(f"  {coll:<15}" + "".join(f"{c:>12}" for c in cells))
+    from .core import state
+    lines.append("collectives the MPI library runs are issued and completed " + (
+        "in C" if settings.calls_in_c and state._express is not None else "in Python: " + (
+            "hpccoll/core/_express.c is not built" if settings.calls_in_c
+            else "calls_in_c is off")))
     return lines
 
 

@@ -114,7 +114,8 @@ class Communicator:
     # (not shared through a helper): this is the most frequent call of all, and at 8 B
     # each Python call in it costs as much as MPI's own collective (docs/performance.md,
     # "per-call cost").  A call on the arrays the last one of its collective had takes the
-    # kept Call (validate.Recent.read: one call either way).
+    # kept Call (validate.Recent.read: one call either way), and with it, where the C part
+    # is built, the C route of CommState.issue (core/_express.c; None: the Python route).
     def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
         st = self._state
         if not st.ok:
@@ -125,6 +126,11 @@ class Communicator:
             blocks = self._blocks
         call = self._recent["allreduce"].read(validate.allreduce, (st, sendbuf, recvbuf, op),
                                               sendbuf, recvbuf, op)
+        if key is None and blocks is None and st.cissue is not None:
+            task = st.cissue(st, call)     # the Python route's loose case, in C
+            if task is not None:
+                return task
+            return st.issue(call, None, None, False)
         return st.issue(call, key, blocks)
 
     def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None, blocks=None) -> Work:
@@ -137,6 +143,11 @@ class Communicator:
             blocks = self._blocks
         call = self._recent["reduce"].read(validate.reduce, (st, sendbuf, recvbuf, op, root),
                                            sendbuf, recvbuf, op, root)
+        if key is None and blocks is None and st.cissue is not None:
+            task = st.cissue(st, call)     # the Python route's loose case, in C
+            if task is not None:
+                return task
+            return st.issue(call, None, None, False)
         return st.issue(call, key, blocks)
 
     def broadcast(self, buf, root=0, key=None, blocks=None) -> Work:
@@ -149,6 +160,11 @@ class Communicator:
             blocks = self._blocks
         call = self._recent["broadcast"].read(validate.broadcast, (st, buf, root), buf, buf,
                                               root)
+        if key is None and blocks is None and st.cissue is not None:
+            task = st.cissue(st, call)     # the Python route's loose case, in C
+            if task is not None:
+                return task
+            return st.issue(call, None, None, False)
         return st.issue(call, key, blocks)
 
     def allgather(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
@@ -161,6 +177,11 @@ class Communicator:
             blocks = self._blocks
         call = self._recent["allgather"].read(validate.allgather, (st, sendbuf, recvbuf),
                                               sendbuf, recvbuf)
+        if key is None and blocks is None and st.cissue is not None:
+            task = st.cissue(st, call)     # the Python route's loose case, in C
+            if task is not None:
+                return task
+            return st.issue(call, None, None, False)
         return st.issue(call, key, blocks)
 
     def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
@@ -173,6 +194,11 @@ class Communicator:
             blocks = self._blocks
         call = self._recent["reduce_scatter"].read(
             validate.reduce_scatter, (st, sendbuf, recvbuf, op), sendbuf, recvbuf, op)
+        if key is None and blocks is None and st.cissue is not None:
+            task = st.cissue(st, call)     # the Python route's loose case, in C
+            if task is not None:
+                return task
+            return st.issue(call, None, None, False)
         return st.issue(call, key, blocks)
 
     def alltoall(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
@@ -185,6 +211,11 @@ class Communicator:
             blocks = self._blocks
         call = self._recent["alltoall"].read(validate.alltoall, (st, sendbuf, recvbuf),
                                              sendbuf, recvbuf)
+        if key is None and blocks is None and st.cissue is not None:
+            task = st.cissue(st, call)     # the Python route's loose case, in C
+            if task is not None:
+                return task
+            return st.issue(call, None, None, False)
         return st.issue(call, key, blocks)
 
     def barrier(self, key=None) -> Work:

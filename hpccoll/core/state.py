@@ -33,6 +33,12 @@ PLAN_CACHE = 1024   # plans per communicator (signatures a training loop repeats
 # from hpccoll.engine, once a communicator exists (they import mpi4py.MPI)
 MpiLane = RUNNING = FAILED = post = start_slot = finish_slot = started = None
 
+try:     # the per-call path in C (_express.c), where the install built it
+    from . import _express
+except ImportError:
+    _express = None
+_bound = False
+
 
 def _row(fp, seq):
     return np.array([mismatch.with_seq(fp, seq)], np.int64)
@@ -48,7 +54,12 @@ class CommState:
         global MpiLane, RUNNING, FAILED, post, start_slot, finish_slot, started
         # these import mpi4py.MPI: only once MPI is initialised
         from ..engine.lane import MpiLane, finish_slot, post, start_slot
-        from ..engine.task import FAILED, RUNNING, Task, started
+        from ..engine.task import DONE, FAILED, RUNNING, Task, started
+        global _bound
+        if _express is not None and not _bound:
+            _express.bind(Task, MpiLane, RUNNING, DONE, FAILED, MPI.IN_PLACE,
+                          plans.PERSISTENT_SLOTS)
+            _bound = True
         self.Task = Task
         self.ctx = ctx
         self.engine = ctx._engine
@@ -75,6 +86,7 @@ class CommState:
         self.noted_at = 0.0
         self.ledger = None
         self.fast = False
+        self.cissue = None             # _express.issue, where it may take calls
         self.spin = 0
         self.shm = None
         self.data = None
@@ -114,6 +126,8 @@ class CommState:
         # run() may start and poll a collective with no task (see there), spin polls long
         self.fast = self.engine.early and self.check != "every" and not s.trace
         self.spin = s.spin_polls
+        if self.fast and s.calls_in_c and _express is not None:
+            self.cissue = _express.issue
         if self.check != "off":
             self.ledger = mismatch.Ledger(s.mismatch_every, max(64, 2 * s.mismatch_every))
 
@@ -144,7 +158,8 @@ class CommState:
     def _plan(self, call, keyed: bool, blocks):
         """The plan of this call's signature (made the first time it is seen).  Where the
         buffers live (registered or not) is looked at only where it can change the plan:
-        where registered buffers would take shared memory (``reg_matters``)."""
+        where registered buffers would take shared memory (``reg_matters``).  (_express.c
+        looks up the common signature the same way.)"""
         if keyed or blocks is not None or call.device is not None or call.layout:
             sig = (call.coll, call.send.dtype, call.count, call.op, call.root, call.inplace,
                    keyed, blocks, call.device is None, call.layout)
@@ -215,10 +230,16 @@ class CommState:
             slot.req = None
         return busy
 
-    def issue(self, call, key: Optional[str] = None, blocks: Optional[int] = None):
-        """Turn a validated call into a started or queued task; returns it (its Work)."""
+    def issue(self, call, key: Optional[str] = None, blocks: Optional[int] = None,
+              express: bool = True):
+        """Turn a validated call into a started or queued task; returns it (its Work).
+        ``express`` False: the C route was tried already (Communicator's methods)."""
         if not self.ok:
             self.usable()
+        if express and key is None and blocks is None and self.cissue is not None:
+            task = self.cissue(self, call)    # the loose route below, in C
+            if task is not None:
+                return task
         plan = self._plan(call, key is not None, blocks)
         engine = self.engine
         error = failed = None
@@ -290,6 +311,11 @@ class CommState:
             # engine must poll that one too
             engine.adopt_loose()
         return task
+
+    def _express_failed(self, task, exc) -> None:
+        """MPI raised ``exc`` when _express.issue started ``task`` (the lock let go)."""
+        with self.engine.lock:
+            self.engine.adopt(task, start_error=exc)
 
     def run(self, call, blocks: Optional[int] = None):
         """Issue ``call`` and wait for it on the calling thread (the mpi4py adapter's

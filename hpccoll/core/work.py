@@ -30,7 +30,10 @@ class Work:
         collective then stays pending)."""
         if not self._done:
             if self.loose:
-                self._engine.wait_loose(self, timeout)
+                # its first spin and completion in C where built (core/_express.c)
+                cwait = self._engine.cwait
+                if cwait is None or not cwait(self, timeout):
+                    self._engine.wait_loose(self, timeout)
             if not self._done:
                 self._engine.drive(self, timeout)
             if not self._done:

@@ -33,6 +33,11 @@ from .task import DONE, FAILED, RUNNING
 from .watchdog import format_report
 from ..errors import CollectiveMismatch, CollectiveTimeout, HpcCollError
 
+try:     # a loose collective's first spin and completion in C (core/_express.c)
+    from ..core import _express
+except ImportError:
+    _express = None
+
 PARK_SECONDS = 0.01     # parked engines look for work and control messages this often
 
 
@@ -117,6 +122,7 @@ class Engine:
         self.loose_programs: dict = {}
         self._loose_moves = 0             # steps loose programs made, for waiters' spin
         self.xlock = threading.Lock()
+        self.cwait = _express.wait if settings.calls_in_c and _express is not None else None
         # counters (per daemon)
         self.passes = self.parks = self.wakeups = 0
         self.switches = 0

@@ -33,6 +33,9 @@ class Task(Work):
     # what most tasks never change: class defaults, so that making one sets few fields
     key_instance = 0
     error = doomed = gseq = yield_times = None
+    # (__init__ sets these too: core/_express.c's tasks are made without it)
+    key = check = prev = None
+    gated = False
     retired = probed = made_progress = adopted = False
     posted = False       # every MPI collective of it is posted (the next may post its own)
     t_start = t_end = None

@@ -1,0 +1,197 @@
+"""The per-call path in C (core/_express.c, setting calls_in_c) against MPI's own
+collectives and against the Python path: every collective it takes, on changing data,
+on two communicators in opposite orders on alternate ranks; the ledger it records (the
+mismatch check's) the same as the Python path's; the calls it leaves to Python (the
+digest check, a busy persistent request, avg, keys, explicit blocks) in between; and the
+Work API on the tasks it makes."""
+import os
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hpccoll
+from hpccoll.core import state as _state
+
+pytestmark = pytest.mark.mpi
+
+REQUIRED = os.environ.get("HPCCOLL_REQUIRE_NATIVE") == "1"
+# element counts: 1, a few, the largest persistent request (4 KiB of int32: staging
+# copies), and 64 KiB (MPI's nonblocking call on the caller's arrays)
+COUNTS = (1, 7, 1024, 16384)
+
+
+def need_express():
+    """Skip where the C part is not built, fail where it must be (CI)."""
+    if _state._express is None:
+        if REQUIRED:
+            pytest.fail("HPCCOLL_REQUIRE_NATIVE=1 but hpccoll.core._express is not built")
+        pytest.skip("hpccoll.core._express is not built here (no C compiler at install)")
+
+
+def counts():
+    return _state._express.counts()
+
+
+@pytest.fixture(scope="module")
+def contexts():
+    """Two contexts alike but for calls_in_c (the default policy: the C path is its)."""
+    need_express()
+    on = hpccoll.init(timeout=60, calls_in_c=True)
+    off = hpccoll.init(timeout=60, calls_in_c=False)
+    yield on, off
+    on.close()
+    off.close()
+
+
+def reference(mpi, coll, x, n, root):
+    """MPI's own blocking collective's result on this rank (None where it has none)."""
+    if coll == "allreduce":
+        out = np.empty_like(x)
+        mpi.Allreduce(x, out)
+    elif coll == "reduce":
+        out = np.empty_like(x) if mpi.rank == root else None
+        mpi.Reduce(x, out, root=root)
+    elif coll == "broadcast":
+        out = x.copy()
+        mpi.Bcast(out, root=root)
+    elif coll == "allgather":
+        out = np.empty(x.size * n, x.dtype)
+        mpi.Allgather(x, out)
+    elif coll == "reduce_scatter":
+        out = np.empty(x.size // n, x.dtype)
+        mpi.Reduce_scatter_block(x, out)
+    else:
+        out = np.empty_like(x)
+        mpi.Alltoall(x, out)
+    return out
+
+
+COLLS = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall")
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("count", COUNTS)
+def test_every_collective_matches_mpi_on_changing_data(contexts, mpi_world, count):
+    on, _ = contexts
+    n, r = mpi_world.size, mpi_world.rank
+    comms = [on.world.dup(name=f"x{c}") for c in range(2)]
+    mpis = [mpi_world.Dup() for _ in range(2)]
+    order = (0, 1) if r % 2 == 0 else (1, 0)
+    root = n - 1
+    m = count * n if count > 1 else n     # divisible by n: alltoall, reduce_scatter
+    before = counts()
+    calls = 0
+    try:
+        for coll in COLLS:
+            sends = [np.empty(m, np.int32) for _ in range(2)]
+            outs = {"allgather": m * n, "reduce_scatter": m // n}
+            recvs = [np.empty(outs.get(coll, m), np.int32) for _ in range(2)]
+            for it in range(40):
+                for c in range(2):   # new data every call: the staging copy is made each time
+                    sends[c][:] = (np.arange(m) * 7 + r * 3 + it * 11 + c) % 1000 - 500
+                works = []
+                for c in order:
+                    if coll == "broadcast":
+                        works.append((c, comms[c].broadcast(sends[c], root=root)))
+                    elif coll == "reduce":
+                        works.append((c, comms[c].reduce(sends[c], recvs[c], root=root)))
+                    else:
+                        works.append((c, getattr(comms[c], coll)(sends[c], recvs[c])))
+                    calls += 1
+                got = {c: w.wait() for c, w in works}
+                for c in range(2):
+                    src = (np.arange(m) * 7 + r * 3 + it * 11 + c) % 1000 - 500
+                    want = reference(mpis[c], coll, src.astype(np.int32), n, root)
+                    if coll == "broadcast":
+                        np.testing.assert_array_equal(sends[c], want, err_msg=f"{coll} it {it}")
+                    elif want is not None:
+                        np.testing.assert_array_equal(got[c], want, err_msg=f"{coll} it {it}")
+    finally:
+        for c in comms:
+            c.free()
+        for c in mpis:
+            c.Free()
+    issued, completed = (a - b for a, b in zip(counts(), before))
+    # the C path took many calls (the Python path: the first use of each persistent
+    # request, every 64th, and at 64 KiB the reductions, which run in shared memory)
+    assert issued > calls // 3, (issued, calls)
+    assert completed > 0, (completed, calls)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_ledger_is_the_python_paths(contexts, mpi_world):
+    """The same calls through C and through Python leave the same fingerprints and digest
+    (the deferred mismatch check compares digests across ranks: a digest C computed
+    differently on every rank alike would go unnoticed there)."""
+    ledgers = []
+    for ctx in contexts:
+        c = ctx.world.dup(name="ledger")
+        try:
+            x = np.arange(5, dtype=np.int64)
+            y = np.empty(5 * mpi_world.size, np.int64)
+            for it in range(150):
+                c.allreduce(x, x.copy() if it % 50 == 0 else np.empty_like(x)).wait()
+                c.allgather(x, y).wait()
+                c.broadcast(x, root=it % mpi_world.size).wait()
+            led = c._state.ledger
+            ledgers.append((led.digest, led.seq, list(led.fps), list(led.digests)))
+        finally:
+            c.free()
+    assert ledgers[0] == ledgers[1]
+
+
+@pytest.mark.mpi(min_size=2)
+def test_calls_left_to_python_in_between(contexts, mpi_world):
+    """Busy persistent requests (17 identical calls before any wait), avg, keys and
+    explicit blocks go the Python way, between calls that go the C way; all exact."""
+    on, _ = contexts
+    n, r = mpi_world.size, mpi_world.rank
+    c = on.world.dup(name="between")
+    try:
+        xs = [np.full(3, r + i, np.int64) for i in range(17)]
+        outs = [np.empty(3, np.int64) for _ in range(17)]
+        works = [c.allreduce(xs[i], outs[i]) for i in range(17)]
+        for i, w in enumerate(works):
+            np.testing.assert_array_equal(w.wait(), np.full(3, n * (n - 1) // 2 + n * i))
+        f = np.full(4, float(r + 1))
+        np.testing.assert_array_equal(c.allreduce(f, op="avg").wait(),
+                                      np.full(4, (n + 1) / 2))
+        k = c.allreduce(np.full(2, r, np.int64), key="k").wait()
+        np.testing.assert_array_equal(k, np.full(2, n * (n - 1) // 2))
+        b = c.allreduce(np.full(2, r, np.int64), blocks=2).wait()
+        np.testing.assert_array_equal(b, np.full(2, n * (n - 1) // 2))
+        y = np.empty(2, np.int64)
+        for it in range(70):     # crosses the 64th call: the digest check rides along
+            c.allreduce(np.full(2, it + r, np.int64), y).wait()
+            np.testing.assert_array_equal(y, np.full(2, n * it + n * (n - 1) // 2))
+    finally:
+        c.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_work_api_on_tasks_made_in_c(contexts, mpi_world):
+    on, _ = contexts
+    n, r = mpi_world.size, mpi_world.rank
+    c = on.world.dup(name="api")
+    try:
+        x = np.full(4, r, np.int32)
+        y = np.empty(4, np.int32)
+        for _ in range(20):
+            c.allreduce(x, y).wait()       # the plan and the 16 persistent requests made
+        before = counts()[0]
+        w = c.allreduce(x, y)
+        assert counts()[0] == before + 1, "the C path did not take the call"
+        assert "allreduce" in repr(w)
+        seen = []
+        w.add_done_callback(seen.append)
+        while not w.test():
+            pass
+        assert w.wait(timeout=10) is y and seen == [w] and w.exception() is None
+        np.testing.assert_array_equal(y, np.full(4, n * (n - 1) // 2))
+        assert w.counters["algo"] == "mpi" and w.counters["t_end"] >= w.counters["t_start"]
+        w2 = c.allreduce(x, y)
+        assert w2.wait(timeout=10) is y
+        assert not c._state.pending()
+    finally:
+        c.free()
