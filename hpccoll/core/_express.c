@@ -50,7 +50,7 @@ static long long issued, completed;   /* for tests: that this path runs */
     X(acquire) X(release) X(Start) X(Test) X(post) X(mop) X(xlock) X(_live) X(sq)       \
     X(loose_programs) X(settings) X(spin_polls) X(t_end) X(app_active) X(retired)       \
     X(flight) X(ring) X(append) X(_done) X(_adopt_loose) X(poll_error) \
-    X(_express_failed) X(plans) \
+    X(_express_failed) X(plans) X(cx) \
     X(yield_polls) X(device) X(layout) X(coll) X(count) X(op) X(dtype) X(reg_matters) X(ctx) X(_allocs)
 #define DECLARE(n) static PyObject *S_##n;
 NAMES(DECLARE)
@@ -184,48 +184,6 @@ static int prev_started(PyObject *st) {
     return r;
 }
 
-/* Ledger.record(seq, plan.fp, plan.fp_hash) */
-static int record(PyObject *ledger, long long seq, PyObject *plan) {
-    int rc = -1;
-    PyObject *fp = NULL, *fps = NULL, *digests = NULL, *dv = NULL, *sv = NULL;
-    long long h = as_ll(plan, S_fp_hash);
-    long long prev = as_ll(ledger, S_digest);
-    long long window = as_ll(ledger, S_window);
-    if (PyErr_Occurred() || window <= 0)
-        goto out;
-    uint64_t d = ((uint64_t)prev * MIX + (uint64_t)h + 1) & MASK;
-    if ((fp = GET(plan, fp)) == NULL || (fps = GET(ledger, fps)) == NULL ||
-        (digests = GET(ledger, digests)) == NULL || !PyList_Check(fps) ||
-        !PyList_Check(digests) || PyList_GET_SIZE(fps) != window ||
-        PyList_GET_SIZE(digests) != window)
-        goto out;
-    if ((dv = PyLong_FromUnsignedLongLong(d)) == NULL || (sv = PyLong_FromLongLong(seq)) == NULL)
-        goto out;
-    if (SET(ledger, digest, dv) < 0 || SET(ledger, seq, sv) < 0)
-        goto out;
-    Py_ssize_t i = (Py_ssize_t)(seq % window);
-    PyList_SetItem(fps, i, Py_NewRef(fp));
-    PyList_SetItem(digests, i, Py_NewRef(dv));
-    rc = 0;
-out:
-    if (rc < 0 && !PyErr_Occurred())
-        PyErr_SetString(PyExc_RuntimeError, "hpccoll express: the ledger is not as expected");
-    Py_XDECREF(fp);
-    Py_XDECREF(fps);
-    Py_XDECREF(digests);
-    Py_XDECREF(dv);
-    Py_XDECREF(sv);
-    return rc;
-}
-
-/* an instance with no __init__ run: the fields are set by the caller (object's own
- * tp_new, which also prepares the instance's dict) */
-static PyObject *EMPTY;
-static PyObject *new_instance(PyObject *type) {
-    PyTypeObject *t = (PyTypeObject *)type;
-    return t->tp_new(t, EMPTY, NULL);
-}
-
 enum { K_OTHER, K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_ALLTOALL, K_BARRIER, K_REDUCE,
        K_REDUCE_SCATTER };
 
@@ -236,6 +194,190 @@ static int kind_of(PyObject *kind) {
         if (PyUnicode_CompareWithASCIIString(kind, names[k]) == 0)
             return k;
     return K_OTHER;
+}
+
+/* What the calls read of a plan, a communicator's state and the engine that does not
+ * change once they exist, gathered at the first use into a tuple kept on the object
+ * (its ``cx`` field): one read instead of a dozen per call.  A state's plan cache is
+ * not among them (a calibration swaps it), nor anything a call changes. */
+enum { PX_OK, PX_RECIPE, PX_KIND, PX_PERSIST, PX_BROOT, PX_FP, PX_HASH, PX_REGM, PX_N };
+enum { SX_ENGINE, SX_LOCK, SX_LEDGER, SX_PERSIST, SX_LOOSE, SX_OK, SX_FPS, SX_DIGESTS,
+       SX_EVERY, SX_WINDOW, SX_N };
+enum { EX_XLOCK, EX_LOOSE, EX_PROGRAMS, EX_SQ, EX_POLLS, EX_YIELDS, EX_RING, EX_N };
+
+/* o.cx, or (o.cx None) what make(o) gathers, kept there; a new reference */
+static PyObject *info(PyObject *o, PyObject *(*make)(PyObject *)) {
+    PyObject *cx = GET(o, cx);
+    if (cx == NULL || cx != Py_None)
+        return cx;
+    Py_DECREF(cx);
+    if ((cx = make(o)) != NULL && SET(o, cx, cx) < 0)
+        Py_CLEAR(cx);
+    return cx;
+}
+
+/* a plan: whether the C route applies to it at all (MPI's own collective, started at
+ * issue, no avg, a kind it knows, in place only through a persistent request's copy),
+ * then the recipe, kind, persistent set key, whether this rank is a broadcast's root,
+ * the fingerprint and its hash, reg_matters */
+static PyObject *plan_info(PyObject *plan) {
+    PyObject *recipe = NULL, *persist = NULL, *kindo = NULL, *fp = NULL, *hash = NULL,
+             *kind = NULL, *out = NULL;
+    int ok, broot = 0, k = K_OTHER, regm;
+    if ((recipe = GET(plan, recipe)) == NULL)
+        goto out;
+    ok = recipe != Py_None;
+    if (ok) {
+        if ((ok = is_true(plan, S_early)) < 0)
+            goto out;
+        int avg = is_true(recipe, S_divisor);
+        if (avg < 0 || (persist = GET(recipe, persist)) == NULL ||
+            (kindo = GET(recipe, kind)) == NULL)
+            goto out;
+        k = kind_of(kindo);
+        ok = ok && !avg && k != K_OTHER;
+        if (ok && persist == Py_None && k != K_BROADCAST && k != K_BARRIER) {
+            int inplace = is_true(recipe, S_inplace);
+            if (inplace < 0)
+                goto out;
+            ok = !inplace;
+        }
+        if (k == K_BROADCAST) {
+            long long rank = as_ll(recipe, S_rank), root = as_ll(recipe, S_root);
+            if (PyErr_Occurred())
+                goto out;
+            broot = rank == root;
+        }
+    } else {
+        persist = Py_NewRef(Py_None);
+    }
+    if ((regm = is_true(plan, S_reg_matters)) < 0 || (fp = GET(plan, fp)) == NULL ||
+        (hash = GET(plan, fp_hash)) == NULL || (kind = PyLong_FromLong(k)) == NULL)
+        goto out;
+    out = PyTuple_Pack(PX_N, ok ? Py_True : Py_False, recipe, kind, persist,
+                       broot ? Py_True : Py_False, fp, hash, regm ? Py_True : Py_False);
+out:
+    Py_XDECREF(recipe);
+    Py_XDECREF(persist);
+    Py_XDECREF(kindo);
+    Py_XDECREF(fp);
+    Py_XDECREF(hash);
+    Py_XDECREF(kind);
+    return out;
+}
+
+/* a communicator's state: its engine, lock, ledger, persistent sets, the engine's loose
+ * tasks, whether its calls may start loose (st.fast and engine.early), and the ledger's
+ * rings and sizes */
+static PyObject *state_info(PyObject *st) {
+    PyObject *engine = NULL, *lock = NULL, *ledger = NULL, *persist = NULL, *loose = NULL,
+             *fps = NULL, *digests = NULL, *every = NULL, *window = NULL, *out = NULL;
+    int ok;
+    if ((engine = GET(st, engine)) == NULL || (lock = GET(st, lock)) == NULL ||
+        (ledger = GET(st, ledger)) == NULL || (persist = GET(st, persist)) == NULL ||
+        (loose = GET(engine, loose)) == NULL || !PyDict_Check(persist) || !PyDict_Check(loose))
+        goto out;
+    if ((ok = is_true(st, S_fast)) < 0)
+        goto out;
+    if (ok && (ok = is_true(engine, S_early)) < 0)
+        goto out;
+    if (ledger != Py_None) {
+        if ((fps = GET(ledger, fps)) == NULL || (digests = GET(ledger, digests)) == NULL ||
+            (every = GET(ledger, every)) == NULL || (window = GET(ledger, window)) == NULL)
+            goto out;
+        if (!PyList_Check(fps) || !PyList_Check(digests) ||
+            PyList_GET_SIZE(fps) != PyLong_AsSsize_t(window) ||
+            PyList_GET_SIZE(digests) != PyList_GET_SIZE(fps) || PyLong_AsLong(every) <= 0)
+            ok = 0;                    /* not the ledger this was written for */
+    } else {
+        fps = Py_NewRef(Py_None);
+        digests = Py_NewRef(Py_None);
+        every = Py_NewRef(Py_None);
+        window = Py_NewRef(Py_None);
+    }
+    if (PyErr_Occurred())
+        goto out;
+    out = PyTuple_Pack(SX_N, engine, lock, ledger, persist, loose, ok ? Py_True : Py_False,
+                       fps, digests, every, window);
+out:
+    Py_XDECREF(engine);
+    Py_XDECREF(lock);
+    Py_XDECREF(ledger);
+    Py_XDECREF(persist);
+    Py_XDECREF(loose);
+    Py_XDECREF(fps);
+    Py_XDECREF(digests);
+    Py_XDECREF(every);
+    Py_XDECREF(window);
+    return out;
+}
+
+/* the engine: its xlock, loose tasks and programs, queue, the waiter's spin_polls (at
+ * least 1) and yield_polls, the flight recorder's ring (or None) */
+static PyObject *engine_info(PyObject *engine) {
+    PyObject *xlock = NULL, *loose = NULL, *programs = NULL, *sq = NULL, *settings = NULL,
+             *flight = NULL, *ring = NULL, *polls = NULL, *yields = NULL, *out = NULL;
+    if ((xlock = GET(engine, xlock)) == NULL || (loose = GET(engine, loose)) == NULL ||
+        (programs = GET(engine, loose_programs)) == NULL || (sq = GET(engine, sq)) == NULL ||
+        (settings = GET(engine, settings)) == NULL || (flight = GET(engine, flight)) == NULL)
+        goto out;
+    if (!PyDict_Check(loose) || !PyDict_Check(programs)) {
+        PyErr_SetString(PyExc_TypeError, "hpccoll express: the engine is not as expected");
+        goto out;
+    }
+    ring = flight == Py_None ? Py_NewRef(Py_None) : GET(flight, ring);
+    long long p = as_ll(settings, S_spin_polls), y = as_ll(settings, S_yield_polls);
+    if (ring == NULL || PyErr_Occurred() || (polls = PyLong_FromLongLong(p < 1 ? 1 : p)) == NULL ||
+        (yields = PyLong_FromLongLong(y < 0 ? 0 : y)) == NULL)
+        goto out;
+    out = PyTuple_Pack(EX_N, xlock, loose, programs, sq, polls, yields, ring);
+out:
+    Py_XDECREF(xlock);
+    Py_XDECREF(loose);
+    Py_XDECREF(programs);
+    Py_XDECREF(sq);
+    Py_XDECREF(settings);
+    Py_XDECREF(flight);
+    Py_XDECREF(ring);
+    Py_XDECREF(polls);
+    Py_XDECREF(yields);
+    return out;
+}
+
+#define AT(t, i) PyTuple_GET_ITEM((t), (i))
+
+/* Ledger.record(seq, plan.fp, plan.fp_hash) */
+static int record(PyObject *ledger, PyObject *scx, long long seq, PyObject *pcx,
+                  PyObject *seqo) {
+    long long h = PyLong_AsLongLong(AT(pcx, PX_HASH));
+    long long window = PyLong_AsLongLong(AT(scx, SX_WINDOW));
+    PyObject *prev = GET(ledger, digest);
+    if (prev == NULL)
+        return -1;
+    uint64_t d0 = PyLong_AsUnsignedLongLong(prev);
+    Py_DECREF(prev);
+    if (PyErr_Occurred())
+        return -1;
+    uint64_t d = (d0 * MIX + (uint64_t)h + 1) & MASK;
+    PyObject *dv = PyLong_FromUnsignedLongLong(d);
+    if (dv == NULL)
+        return -1;
+    if (SET(ledger, digest, dv) < 0 || SET(ledger, seq, seqo) < 0) {
+        Py_DECREF(dv);
+        return -1;
+    }
+    Py_ssize_t i = (Py_ssize_t)(seq % window);
+    PyList_SetItem(AT(scx, SX_FPS), i, Py_NewRef(AT(pcx, PX_FP)));
+    PyList_SetItem(AT(scx, SX_DIGESTS), i, dv);      /* (steals dv) */
+    return 0;
+}
+
+/* an instance with no __init__ run: the fields are set by the caller (object's own
+ * tp_new, which also prepares the instance's dict) */
+static PyObject *EMPTY;
+static PyObject *new_instance(PyObject *type) {
+    PyTypeObject *t = (PyTypeObject *)type;
+    return t->tp_new(t, EMPTY, NULL);
 }
 
 /* MPI's nonblocking collective of recipe r on send/recv (lane.post, not in place, no avg) */
@@ -279,44 +421,34 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     }
     if (Task == NULL)
         Py_RETURN_NONE;
-    PyObject *st = args[0], *call = args[1], *plan = NULL;
-    PyObject *recipe = NULL, *engine = NULL, *persist = NULL, *kindo = NULL, *send = NULL,
-             *recv = NULL, *result = NULL, *ledger = NULL, *lock = NULL, *pset = NULL,
-             *slot = NULL, *req = NULL, *dst = NULL, *lane = NULL, *task = NULL,
-             *now = NULL, *seqo = NULL, *out = Py_None, *loose = NULL, *exc = NULL;
+    PyObject *st = args[0], *call = args[1];
+    PyObject *plan = NULL, *pcx = NULL, *scx = NULL, *send = NULL, *recv = NULL,
+             *result = NULL, *pset = NULL, *slot = NULL, *req = NULL, *dst = NULL,
+             *lane = NULL, *task = NULL, *now = NULL, *seqo = NULL, *out = Py_None,
+             *exc = NULL;
+    PyObject *recipe, *persist, *engine, *ledger, *lock;      /* borrowed from pcx, scx */
     Py_buffer bd, bs;
-    int locked = 0, r, held = 0;
+    int locked = 0, r, held = 0, kind;
     long long seq = 0, uses = 0;
     Py_INCREF(out);
 
     /* CommState._plan's lookup of the common signature (collective, dtype, count, op,
-     * root, in place); a plan not made yet, or one that registered buffers could change
-     * while registered memory exists, is the Python path's */
+     * root, in place); a plan not made yet is the Python path's to make */
     {
-        PyObject *v, *sig = PyTuple_New(6), *dt;
-        if (sig == NULL)
+        PyObject *v, *sig, *dt;
+        if ((v = GET(call, device)) == NULL)
             goto fail;
-        if ((v = GET(call, device)) == NULL || (dt = GET(call, layout)) == NULL) {
-            Py_XDECREF(v);
-            Py_DECREF(sig);
-            goto fail;
-        }
+        dt = GET(call, layout);
         r = v == Py_None && dt != NULL && PyObject_Not(dt) == 1;
         Py_DECREF(v);
-        Py_DECREF(dt);
-        if (!r) {
-            Py_DECREF(sig);
+        Py_XDECREF(dt);
+        if (!r)
             goto fail_or_out;
-        }
+        if ((send = GET(call, send)) == NULL || (sig = PyTuple_New(6)) == NULL)
+            goto fail;
         PyObject *names[6] = {S_coll, NULL, S_count, S_op, S_root, S_inplace};
         for (int i = 0; i < 6; i++) {
-            if (i == 1) {
-                PyObject *s = GET(call, send);
-                v = s == NULL ? NULL : GET(s, dtype);
-                Py_XDECREF(s);
-            } else {
-                v = PyObject_GetAttr(call, names[i]);
-            }
+            v = i == 1 ? GET(send, dtype) : PyObject_GetAttr(call, names[i]);
             if (v == NULL) {
                 Py_DECREF(sig);
                 goto fail;
@@ -334,40 +466,33 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         Py_DECREF(sig);
         if (plan == NULL)
             goto fail_or_out;
-        if ((r = is_true(plan, S_reg_matters)) != 0) {
-            if (r < 0)
-                goto fail;
-            PyObject *ctx = GET(st, ctx);
-            if (ctx == NULL)
-                goto fail;
-            r = is_true(ctx, S__allocs);
-            Py_DECREF(ctx);
-            if (r != 0)
-                goto check_inv;
-        }
     }
-    if ((recipe = GET(plan, recipe)) == NULL)
+    if ((pcx = info(plan, plan_info)) == NULL)
         goto fail;
-    if (recipe == Py_None)
+    if (AT(pcx, PX_OK) != Py_True)
         goto out;
-    if ((r = is_true(plan, S_early)) <= 0 || (r = is_true(st, S_fast)) <= 0)
-        goto check;
-    if ((engine = GET(st, engine)) == NULL)
-        goto fail;
-    if ((r = is_true(engine, S_early)) <= 0 || (r = is_true(recipe, S_divisor)) != 0)
-        goto check_inv;
-    if ((persist = GET(recipe, persist)) == NULL || (kindo = GET(recipe, kind)) == NULL)
-        goto fail;
-    int kind = kind_of(kindo);
-    if (kind == K_OTHER)
-        goto out;
-    if (persist == Py_None && kind != K_BROADCAST && kind != K_BARRIER) {
-        if ((r = is_true(recipe, S_inplace)) != 0)
-            goto check_inv;
+    if (AT(pcx, PX_REGM) == Py_True) {
+        /* registered buffers would change the plan: while registered memory exists,
+         * the Python path looks at where these lie */
+        PyObject *ctx = GET(st, ctx);
+        if (ctx == NULL)
+            goto fail;
+        r = is_true(ctx, S__allocs);
+        Py_DECREF(ctx);
+        if (r != 0)
+            goto check;
     }
-    if ((send = GET(call, send)) == NULL || (recv = GET(call, recv)) == NULL ||
-        (result = GET(call, result)) == NULL || (ledger = GET(st, ledger)) == NULL ||
-        (lock = GET(st, lock)) == NULL)
+    if ((scx = info(st, state_info)) == NULL)
+        goto fail;
+    if (AT(scx, SX_OK) != Py_True)
+        goto out;
+    recipe = AT(pcx, PX_RECIPE);
+    persist = AT(pcx, PX_PERSIST);
+    kind = (int)PyLong_AsLong(AT(pcx, PX_KIND));
+    engine = AT(scx, SX_ENGINE);
+    ledger = AT(scx, SX_LEDGER);
+    lock = AT(scx, SX_LOCK);
+    if ((recv = GET(call, recv)) == NULL || (result = GET(call, result)) == NULL)
         goto fail;
 
     if (call_lock(lock, S_acquire) < 0)
@@ -376,26 +501,17 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if ((seq = as_ll(st, S_seq)) < 0 && PyErr_Occurred())
         goto fail;
     if (ledger != Py_None) {
-        long long every = as_ll(ledger, S_every);
-        if (PyErr_Occurred())
-            goto fail;
-        if (every <= 0 || seq % every == every - 1)   /* the digest check rides along */
+        long long every = PyLong_AsLongLong(AT(scx, SX_EVERY));
+        if (seq % every == every - 1)   /* the digest check rides along */
             goto out;
     }
     if ((r = prev_started(st)) <= 0)
         goto check;
     if (persist != Py_None) {
-        PyObject *map = GET(st, persist);
-        if (map == NULL)
-            goto fail;
-        pset = PyDict_GetItemWithError(map, persist);
-        Py_XINCREF(pset);
-        Py_DECREF(map);
-        if (pset == NULL) {
-            if (PyErr_Occurred())
-                goto fail;
-            goto out;                 /* made by the Python path, at its first call */
-        }
+        pset = PyDict_GetItemWithError(AT(scx, SX_PERSIST), persist);
+        if (pset == NULL)
+            goto fail_or_out;         /* made by the Python path, at its first call */
+        Py_INCREF(pset);
         PyObject *slots = GET(pset, slots);
         if (slots == NULL)
             goto fail;
@@ -407,21 +523,17 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         slot = Py_NewRef(PyTuple_GET_ITEM(slots, uses % SLOTS));
         Py_DECREF(slots);
         if ((r = is_true(slot, S_busy)) != 0)
-            goto check_inv;
+            goto check;
         if ((req = GET(slot, req)) == NULL)
             goto fail;
         if (req == Py_None)
             goto out;                 /* initialised by the Python path, at its first start */
         /* what the input is copied into: the root's result for a broadcast, else the
          * staging input (none: a barrier, or a rank that only receives) */
-        if (kind == K_BROADCAST) {
-            long long rank = as_ll(recipe, S_rank), root = as_ll(recipe, S_root);
-            if (PyErr_Occurred())
-                goto fail;
-            dst = rank == root ? GET(slot, recv) : Py_NewRef(Py_None);
-        } else {
+        if (kind == K_BROADCAST)
+            dst = AT(pcx, PX_BROOT) == Py_True ? GET(slot, recv) : Py_NewRef(Py_None);
+        else
             dst = GET(slot, send);
-        }
         if (dst == NULL)
             goto fail;
         /* held until the copy below: the buffers cannot change meanwhile (a copy that
@@ -452,7 +564,7 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         }
         Py_DECREF(u);
     }
-    if (ledger != Py_None && record(ledger, seq, plan) < 0)
+    if (ledger != Py_None && record(ledger, scx, seq, pcx, seqo) < 0)
         goto fail;
     if ((lane = new_instance(MpiLane)) == NULL || SET(lane, recipe, recipe) < 0 ||
         SET(lane, send, send) < 0 || SET(lane, recv, recv) < 0 ||
@@ -492,7 +604,7 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
             goto fail;
     }
     if (SET(task, posted, Py_True) < 0 || SET(task, loose, Py_True) < 0 ||
-        (loose = GET(engine, loose)) == NULL || PyDict_SetItem(loose, task, Py_None) < 0)
+        PyDict_SetItem(AT(scx, SX_LOOSE), task, Py_None) < 0)
         goto fail;
     issued++;
     goto out;
@@ -510,12 +622,8 @@ mpi_error:
         Py_DECREF(res);
     }
     goto out;
-check_inv:
-    /* r: 1 (or an error) stops the route */
-    if (r < 0)
-        goto fail;
-    goto out;
 check:
+    /* r: 1 stops the route, -1 is an error */
     if (r < 0)
         goto fail;
     goto out;
@@ -541,15 +649,11 @@ out:
             restore_exception(et);
     }
     Py_XDECREF(plan);
-    Py_XDECREF(recipe);
-    Py_XDECREF(engine);
-    Py_XDECREF(persist);
-    Py_XDECREF(kindo);
+    Py_XDECREF(pcx);
+    Py_XDECREF(scx);
     Py_XDECREF(send);
     Py_XDECREF(recv);
     Py_XDECREF(result);
-    Py_XDECREF(ledger);
-    Py_XDECREF(lock);
     Py_XDECREF(pset);
     Py_XDECREF(slot);
     Py_XDECREF(req);
@@ -558,41 +662,31 @@ out:
     Py_XDECREF(task);
     Py_XDECREF(now);
     Py_XDECREF(seqo);
-    Py_XDECREF(loose);
     Py_XDECREF(exc);
     return out;
 }
 
 /* Engine._done_loose's steps for an MPI lane (the xlock held): the result out of the
  * staging array (MpiLane.finish), the task done, out of the loose ones, recorded */
-static int done_loose(PyObject *engine, PyObject *task, PyObject *lane) {
+static int done_loose(PyObject *engine, PyObject *ecx, PyObject *task, PyObject *lane) {
     int rc = -1, finished = 0;
-    PyObject *slot = NULL, *srecv = NULL, *recv = NULL, *recipe = NULL, *now = NULL,
-             *loose = NULL, *programs = NULL, *flight = NULL, *row = NULL, *ring = NULL;
-    if ((slot = GET(lane, slot)) == NULL)
+    PyObject *slot = NULL, *srecv = NULL, *recv = NULL, *plan = NULL, *pcx = NULL,
+             *now = NULL, *row = NULL;
+    if ((slot = GET(lane, slot)) == NULL || (plan = GET(task, plan)) == NULL ||
+        (pcx = info(plan, plan_info)) == NULL)
         goto out;
     if (slot != Py_None) {
-        if ((srecv = GET(slot, recv)) == NULL || (recv = GET(lane, recv)) == NULL ||
-            (recipe = GET(lane, recipe)) == NULL)
+        if ((srecv = GET(slot, recv)) == NULL || (recv = GET(lane, recv)) == NULL)
             goto out;
-        if (srecv != Py_None && recv != Py_None) {
-            PyObject *kind = GET(recipe, kind);
-            if (kind == NULL)
+        /* (a broadcast's root has its result in place) */
+        if (srecv != Py_None && recv != Py_None && AT(pcx, PX_BROOT) != Py_True &&
+            copy_into(recv, srecv) < 0) {
+            /* not a plain buffer pair: the Python lane does it */
+            PyObject *res = PyObject_CallMethod(lane, "finish", NULL);
+            if (res == NULL)
                 goto out;
-            int bcast = kind_of(kind) == K_BROADCAST;
-            Py_DECREF(kind);
-            long long rank = bcast ? as_ll(recipe, S_rank) : 0;
-            long long root = bcast ? as_ll(recipe, S_root) : 1;
-            if (PyErr_Occurred())
-                goto out;
-            if (rank != root && copy_into(recv, srecv) < 0) {
-                /* not a plain buffer pair: the Python lane does it */
-                PyObject *res = PyObject_CallMethod(lane, "finish", NULL);
-                if (res == NULL)
-                    goto out;
-                Py_DECREF(res);
-                finished = 1;
-            }
+            Py_DECREF(res);
+            finished = 1;
         }
         if (!finished && SET(slot, busy, Py_False) < 0)
             goto out;
@@ -601,32 +695,31 @@ static int done_loose(PyObject *engine, PyObject *task, PyObject *lane) {
         (now = monotonic()) == NULL || SET(task, t_end, now) < 0 ||
         SET(engine, app_active, now) < 0)
         goto out;
-    if ((loose = GET(engine, loose)) == NULL || PyDict_DelItem(loose, task) < 0)
+    if (PyDict_DelItem(AT(ecx, EX_LOOSE), task) < 0)
         goto out;
-    if ((programs = GET(engine, loose_programs)) == NULL)
-        goto out;
-    if (PyDict_Check(programs) && PyDict_GET_SIZE(programs) &&
-        PyDict_DelItem(programs, task) < 0) {
+    PyObject *programs = AT(ecx, EX_PROGRAMS);
+    if (PyDict_GET_SIZE(programs) && PyDict_DelItem(programs, task) < 0) {
         if (!PyErr_ExceptionMatches(PyExc_KeyError))
             goto out;
         PyErr_Clear();
     }
     if (SET(task, loose, Py_False) < 0 || SET(task, retired, Py_True) < 0)
         goto out;
-    if ((flight = GET(engine, flight)) == NULL)
-        goto out;
-    if (flight != Py_None) {   /* flight.Recorder.append */
-        PyObject *names[8] = {S_comm, S_seq, S_key, S_plan, S_state, S_t_issue, S_t_start,
-                              S_t_end};
-        if ((row = PyTuple_New(8)) == NULL)
-            goto out;
-        for (int i = 0; i < 8; i++) {
-            PyObject *v = PyObject_GetAttr(task, names[i]);
-            if (v == NULL)
-                goto out;
-            PyTuple_SET_ITEM(row, i, v);
-        }
-        if ((ring = GET(flight, ring)) == NULL)
+    PyObject *ring = AT(ecx, EX_RING);
+    if (ring != Py_None) {   /* flight.Recorder.append's row */
+        PyObject *names[4] = {S_comm, S_seq, S_key, S_t_start};
+        PyObject *got[4] = {NULL, NULL, NULL, NULL};
+        PyObject *t_issue = NULL;
+        int ok = 1;
+        for (int i = 0; i < 4 && ok; i++)
+            ok = (got[i] = PyObject_GetAttr(task, names[i])) != NULL;
+        ok = ok && (t_issue = GET(task, t_issue)) != NULL;
+        if (ok)
+            row = PyTuple_Pack(8, got[0], got[1], got[2], plan, DONE, t_issue, got[3], now);
+        for (int i = 0; i < 4; i++)
+            Py_XDECREF(got[i]);
+        Py_XDECREF(t_issue);
+        if (row == NULL)
             goto out;
         PyObject *res = PyObject_CallMethodOneArg(ring, S_append, row);
         if (res == NULL)
@@ -641,13 +734,10 @@ out:
     Py_XDECREF(slot);
     Py_XDECREF(srecv);
     Py_XDECREF(recv);
-    Py_XDECREF(recipe);
+    Py_XDECREF(plan);
+    Py_XDECREF(pcx);
     Py_XDECREF(now);
-    Py_XDECREF(loose);
-    Py_XDECREF(programs);
-    Py_XDECREF(flight);
     Py_XDECREF(row);
-    Py_XDECREF(ring);
     return rc;
 }
 
@@ -657,67 +747,46 @@ static PyObject *wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         return NULL;
     }
     PyObject *task = args[0], *timeout = args[1];
-    PyObject *engine = NULL, *xlock = NULL, *v = NULL, *lane = NULL, *req = NULL,
-             *test = NULL, *settings = NULL, *exc = NULL;
-    int locked = 0, done = 0, failed = 0;
+    PyObject *engine = NULL, *ecx = NULL, *xlock = NULL, *v = NULL, *lane = NULL,
+             *req = NULL, *exc = NULL;
+    int locked = 0, done = 0, failed = 0, r;
     if (Task == NULL)
         Py_RETURN_FALSE;
-    if ((engine = GET(task, _engine)) == NULL || (xlock = GET(engine, xlock)) == NULL ||
-        call_lock(xlock, S_acquire) < 0)
+    if ((engine = GET(task, _engine)) == NULL || (ecx = info(engine, engine_info)) == NULL)
+        goto fail;
+    xlock = AT(ecx, EX_XLOCK);
+    if (call_lock(xlock, S_acquire) < 0)
         goto fail;
     locked = 1;
-    int r = is_true(task, S_loose);
-    if (r <= 0)
+    if ((r = is_true(task, S_loose)) <= 0)
         goto check;
     /* the engine has work of its own (the Python waiter drives it), or a program is
      * loose besides this (the waiter steps them all) */
     if ((r = is_true(engine, S__live)) != 0)
         goto check;
-    if ((v = GET(engine, sq)) == NULL)
-        goto fail;
-    Py_ssize_t queued = PyObject_Length(v);
-    Py_CLEAR(v);
+    Py_ssize_t queued = PyObject_Length(AT(ecx, EX_SQ));
     if (queued != 0)
         goto fail_or_out;
     if ((v = GET(task, check)) == NULL)
         goto fail;
     if (v != Py_None)
         goto out;
-    Py_CLEAR(v);
     if ((lane = GET(task, lane)) == NULL)
         goto fail;
     if ((PyObject *)Py_TYPE(lane) != MpiLane)
         goto out;
-    if ((v = GET(engine, loose)) == NULL)
-        goto fail;
-    Py_ssize_t nloose = PyObject_Length(v);
-    Py_CLEAR(v);
-    if (nloose > 1) {
-        if ((v = GET(engine, loose_programs)) == NULL)
-            goto fail;
-        Py_ssize_t np = PyObject_Length(v);
-        Py_CLEAR(v);
-        if (np != 0)
-            goto fail_or_out;
-    }
+    if (PyDict_GET_SIZE(AT(ecx, EX_LOOSE)) > 1 && PyDict_GET_SIZE(AT(ecx, EX_PROGRAMS)) != 0)
+        goto out;
     if ((req = GET(lane, req)) == NULL)
         goto fail;
     if (req == Py_None)
         goto out;
-    if ((settings = GET(engine, settings)) == NULL)
-        goto fail;
-    long long polls = as_ll(settings, S_spin_polls);
-    if (PyErr_Occurred())
-        goto fail;
-    if (polls < 1)
-        polls = 1;
+    long long polls = PyLong_AsLongLong(AT(ecx, EX_POLLS));
     /* where ranks outnumber cores (yield_polls set, spinning off), the Python waiter
      * hands its CPU over between polls: the peer this waits for is likely ready to run
      * on this core */
-    long long yields = timeout == Py_None ? as_ll(settings, S_yield_polls) : 0;
-    if (PyErr_Occurred())
-        goto fail;
-    for (long long i = 0; i < polls + (yields > 0 ? yields : 0); i++) {
+    long long yields = timeout == Py_None ? PyLong_AsLongLong(AT(ecx, EX_YIELDS)) : 0;
+    for (long long i = 0; i < polls + yields; i++) {
         if (i >= polls) {
             Py_BEGIN_ALLOW_THREADS
             sched_yield();
@@ -740,7 +809,7 @@ static PyObject *wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         int t = res == Py_True;
         Py_DECREF(res);
         if (t) {
-            if (done_loose(engine, task, lane) < 0)
+            if (done_loose(engine, ecx, task, lane) < 0)
                 goto fail;
             completed++;
             done = 1;
@@ -767,12 +836,10 @@ out:
             restore_exception(et);
     }
     Py_XDECREF(engine);
-    Py_XDECREF(xlock);
+    Py_XDECREF(ecx);
     Py_XDECREF(v);
     Py_XDECREF(lane);
     Py_XDECREF(req);
-    Py_XDECREF(test);
-    Py_XDECREF(settings);
     Py_XDECREF(exc);
     if (failed)
         return NULL;

@@ -131,7 +131,7 @@ def persistent_set(state, call) -> PersistentSet:
 class Plan:
     __slots__ = ("coll", "dtype", "count", "op", "root", "inplace", "algo", "program", "spec",
                  "nbytes", "fp", "fp_hash", "recipe", "early", "shared", "registered", "backend",
-                 "blocks", "device", "inline", "reg_matters", "ops", "rt", "detour")
+                 "blocks", "device", "inline", "reg_matters", "ops", "rt", "detour", "cx")
 
     def lane(self, state, call, tag, mpi_comm):
         """The lane of one call (engine/lane.py); the caller holds the state's lock."""
@@ -321,6 +321,7 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
     plan.shared, plan.registered, plan.device = shared, reg, on_device
     plan.reg_matters = reg_matters
     plan.inline = nbytes <= s.inline_bytes
+    plan.cx = None       # what core/_express.c reads of it, gathered there at its first use
     plan.ops = plan.rt = None
     count = call.count if call.fp_count is None else call.fp_count
     plan.fp = (COLLECTIVES.index(coll) + 1, dtype_code(dt), count, call.root, op_code(call.op),

@@ -87,6 +87,7 @@ class CommState:
         self.ledger = None
         self.fast = False
         self.cissue = None             # _express.issue, where it may take calls
+        self.cx = None                 # what _express.c reads of this state, gathered there
         self.spin = 0
         self.shm = None
         self.data = None

@@ -123,6 +123,7 @@ class Engine:
         self._loose_moves = 0             # steps loose programs made, for waiters' spin
         self.xlock = threading.Lock()
         self.cwait = _express.wait if settings.calls_in_c and _express is not None else None
+        self.cx = None                    # what _express.c reads of the engine, gathered there
         # counters (per daemon)
         self.passes = self.parks = self.wakeups = 0
         self.switches = 0
