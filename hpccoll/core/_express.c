@@ -39,7 +39,7 @@
 static PyObject *Task, *MpiLane, *RUNNING, *DONE, *FAILED, *IN_PLACE;
 static long long SLOTS = 16;
 static const uint64_t MASK = (1ULL << 62) - 1, MIX = 1000003ULL;
-static long long issued, completed;   /* for tests: that this path runs */
+static long long issued, completed, failed_starts;   /* for tests: that this path runs */
 
 #define NAMES(X)                                                                        \
     X(recipe) X(early) X(fast) X(engine) X(divisor) X(persist) X(kind) X(inplace)       \
@@ -550,27 +550,48 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         }
     }
 
-    /* -- committed: from here on the call is this collective, as in CommState.issue -- */
-    if ((seqo = PyLong_FromLongLong(seq + 1)) == NULL || SET(st, seq, seqo) < 0)
+    /* -- committed: from here on the call is this collective, as in CommState.issue.
+     * MPI's collective first, the bookkeeping after it: the peers progress on this
+     * rank's part meanwhile (an error MPI raises is the task's, made all the same) -- */
+    PyObject *rq = NULL;
+    if (slot != NULL) {
+        if (held == 2 && bd.len)
+            memcpy(bd.buf, bs.buf, (size_t)bd.len);
+        if (SET(slot, busy, Py_True) < 0)
+            goto fail;
+        PyObject *res = PyObject_CallMethodNoArgs(req, S_Start);
+        if (res == NULL)
+            exc = take_exception();
+        else {
+            Py_DECREF(res);
+            rq = Py_NewRef(req);
+        }
+    } else if ((rq = post(recipe, kind, send, recv)) == NULL) {
+        exc = take_exception();
+    }
+    if (rq == NULL && exc == NULL)
         goto fail;
+    if ((seqo = PyLong_FromLongLong(seq + 1)) == NULL || SET(st, seq, seqo) < 0)
+        goto fail_rq;
     Py_SETREF(seqo, PyLong_FromLongLong(seq));
     if (seqo == NULL)
-        goto fail;
+        goto fail_rq;
     if (pset != NULL) {
         PyObject *u = PyLong_FromLongLong(uses + 1);
         if (u == NULL || SET(pset, uses, u) < 0) {
             Py_XDECREF(u);
-            goto fail;
+            goto fail_rq;
         }
         Py_DECREF(u);
     }
     if (ledger != Py_None && record(ledger, scx, seq, pcx, seqo) < 0)
-        goto fail;
+        goto fail_rq;
     if ((lane = new_instance(MpiLane)) == NULL || SET(lane, recipe, recipe) < 0 ||
         SET(lane, send, send) < 0 || SET(lane, recv, recv) < 0 ||
-        SET(lane, slot, slot ? slot : Py_None) < 0 || SET(lane, req, Py_None) < 0 ||
-        SET(lane, done, Py_False) < 0)
-        goto fail;
+        SET(lane, slot, slot ? slot : Py_None) < 0 ||
+        SET(lane, req, rq ? rq : Py_None) < 0 || SET(lane, done, Py_False) < 0)
+        goto fail_rq;
+    Py_CLEAR(rq);
     if ((now = monotonic()) == NULL || (task = new_instance(Task)) == NULL)
         goto fail;
     if (SET(task, _engine, engine) < 0 || SET(task, comm, st) < 0 || SET(task, plan, plan) < 0 ||
@@ -582,36 +603,20 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         goto fail;
     Py_CLEAR(out);
     out = Py_NewRef(task);
-    /* MPI's collective: an error here is the task's (the engine adopts it with it) */
-    if (slot != NULL) {
-        if (held == 2 && bd.len)
-            memcpy(bd.buf, bs.buf, (size_t)bd.len);
-        if (SET(slot, busy, Py_True) < 0)
-            goto fail;
-        PyObject *res = PyObject_CallMethodNoArgs(req, S_Start);
-        if (res == NULL)
-            goto mpi_error;
-        Py_DECREF(res);
-        if (SET(lane, req, req) < 0)
-            goto fail;
-    } else {
-        PyObject *rq = post(recipe, kind, send, recv);
-        if (rq == NULL)
-            goto mpi_error;
-        r = SET(lane, req, rq);
-        Py_DECREF(rq);
-        if (r < 0)
-            goto fail;
-    }
+    if (exc != NULL)
+        goto mpi_error;
     if (SET(task, posted, Py_True) < 0 || SET(task, loose, Py_True) < 0 ||
         PyDict_SetItem(AT(scx, SX_LOOSE), task, Py_None) < 0)
         goto fail;
     issued++;
     goto out;
 
+fail_rq:
+    Py_XDECREF(rq);
+    goto fail;
 mpi_error:
     /* CommState.issue's "MPI's error at post time": after the lock, the engine adopts it */
-    exc = take_exception();
+    failed_starts++;
     locked = 0;
     if (call_lock(lock, S_release) < 0)
         goto fail;
@@ -847,7 +852,7 @@ out:
 }
 
 static PyObject *counts(PyObject *m, PyObject *unused) {
-    return Py_BuildValue("(LL)", issued, completed);
+    return Py_BuildValue("(LLL)", issued, completed, failed_starts);
 }
 
 static PyMethodDef methods[] = {
@@ -857,7 +862,7 @@ static PyMethodDef methods[] = {
      "issue(state, call) -> Task or None: CommState.issue's loose route"},
     {"wait", (PyCFunction)(void (*)(void))wait, METH_FASTCALL,
      "wait(task, timeout) -> bool: a loose MPI task's first spin and completion"},
-    {"counts", counts, METH_NOARGS, "(issued, completed) by this module, in this process"},
+    {"counts", counts, METH_NOARGS, "(issued, completed, failed at start) by this module, in this process"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "hpccoll.core._express",

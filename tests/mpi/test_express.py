@@ -112,7 +112,7 @@ def test_every_collective_matches_mpi_on_changing_data(contexts, mpi_world, coun
             c.free()
         for c in mpis:
             c.Free()
-    issued, completed = (a - b for a, b in zip(counts(), before))
+    issued, completed, _ = (a - b for a, b in zip(counts(), before))
     # the C path took many calls (the Python path: the first use of each persistent
     # request, every 64th, and at 64 KiB the reductions, which run in shared memory)
     assert issued > calls // 3, (issued, calls)
@@ -195,3 +195,46 @@ def test_work_api_on_tasks_made_in_c(contexts, mpi_world):
         assert not c._state.pending()
     finally:
         c.free()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("persistent", [False, True])
+def test_an_mpi_error_at_start_fails_the_collective(mpi_world, persistent):
+    """MPI's error when the C path starts a collective (its nonblocking call, or a
+    persistent request's Start: both forced here, on every rank) fails that collective
+    with an error naming it on every rank, as on the Python path, and the communicator
+    is unusable after it."""
+    need_express()
+    from mpi4py import MPI
+
+    def fail(*args):
+        raise MPI.Exception(MPI.ERR_OTHER)
+
+    class Failing:
+        Start = Free = fail
+
+    with hpccoll.init(timeout=60, calls_in_c=True) as ctx:
+        comm = ctx.world.dup()
+        n = 2 if persistent else 16384
+        x = np.ones(n, np.int64)
+        y = np.empty(n * ctx.size, np.int64)
+        for _ in range(20):
+            comm.allgather(x, y).wait()
+        # every rank is done with those before any fails (a failure notice breaks the
+        # communicator, with whatever is pending on it)
+        mpi_world.Barrier()
+        st = comm._state
+        (plan,) = [p for p in st.plans.values() if p.coll == "allgather"]
+        if persistent:
+            for slot in st.persist[plan.recipe.persist].slots:
+                slot.req = Failing()
+        else:
+            plan.recipe.post = fail
+        before = counts()[2]
+        with pytest.raises(hpccoll.HpcCollError, match=r"allgather .*#20 int64"):
+            comm.allgather(x, y).wait()
+        # (a rank whose peer's failure notice came first raises at the call itself)
+        started = mpi_world.allreduce(counts()[2] - before)
+        assert started >= 1, "the C path started it nowhere"
+        with pytest.raises(hpccoll.HpcCollError):
+            comm.allgather(x, y).wait()
