@@ -757,6 +757,16 @@ static PyObject *wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     int locked = 0, done = 0, failed = 0, r;
     if (Task == NULL)
         Py_RETURN_FALSE;
+    /* a task's lane and check never change: a program, or a check riding along, is the
+     * Python waiter's before any lock is taken */
+    if ((v = GET(task, check)) == NULL)
+        goto fail;
+    if (v != Py_None)
+        goto out;
+    if ((lane = GET(task, lane)) == NULL)
+        goto fail;
+    if ((PyObject *)Py_TYPE(lane) != MpiLane)
+        goto out;
     if ((engine = GET(task, _engine)) == NULL || (ecx = info(engine, engine_info)) == NULL)
         goto fail;
     xlock = AT(ecx, EX_XLOCK);
@@ -772,14 +782,6 @@ static PyObject *wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t queued = PyObject_Length(AT(ecx, EX_SQ));
     if (queued != 0)
         goto fail_or_out;
-    if ((v = GET(task, check)) == NULL)
-        goto fail;
-    if (v != Py_None)
-        goto out;
-    if ((lane = GET(task, lane)) == NULL)
-        goto fail;
-    if ((PyObject *)Py_TYPE(lane) != MpiLane)
-        goto out;
     if (PyDict_GET_SIZE(AT(ecx, EX_LOOSE)) > 1 && PyDict_GET_SIZE(AT(ecx, EX_PROGRAMS)) != 0)
         goto out;
     if ((req = GET(lane, req)) == NULL)
