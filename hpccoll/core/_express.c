@@ -36,6 +36,13 @@
 #include <sched.h>
 #include <time.h>
 
+#if PY_VERSION_HEX < 0x030A0000   /* (Python 3.9) */
+static inline PyObject *Py_NewRef(PyObject *o) {
+    Py_INCREF(o);
+    return o;
+}
+#endif
+
 static PyObject *Task, *MpiLane, *RUNNING, *DONE, *FAILED, *IN_PLACE;
 static long long SLOTS = 16;
 static const uint64_t MASK = (1ULL << 62) - 1, MIX = 1000003ULL;
