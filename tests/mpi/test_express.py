@@ -238,3 +238,32 @@ def test_an_mpi_error_at_start_fails_the_collective(mpi_world, persistent):
         assert started >= 1, "the C path started it nowhere"
         with pytest.raises(hpccoll.HpcCollError):
             comm.allgather(x, y).wait()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_ranks_with_and_without_it_work_together(mpi_world):
+    """The C path makes the same MPI calls as the Python one (the same persistent request,
+    the same order), so no agreement is needed: ranks that have it off (as a rank whose
+    install could not build it) run beside ranks that have it on, exact, with the
+    mismatch check's digests agreeing (every 64th call compares them)."""
+    need_express()
+    n, r = mpi_world.size, mpi_world.rank
+    with hpccoll.init(timeout=60, calls_in_c=r % 2 == 0) as ctx:
+        comms = [ctx.world.dup(name=f"mix{c}") for c in range(2)]
+        order = (0, 1) if r % 2 == 0 else (1, 0)
+        x = [np.empty(6, np.int64) for _ in range(2)]
+        y = [np.empty(6, np.int64) for _ in range(2)]
+        before = counts()[0]
+        for it in range(200):       # crosses the digest check three times
+            for c in range(2):
+                x[c][:] = np.arange(6) + r * 10 + it + c
+            works = [comms[c].allreduce(x[c], y[c]) for c in order]
+            for w in works:
+                w.wait()
+            for c in range(2):
+                want = np.arange(6) * n + 10 * n * (n - 1) // 2 + n * (it + c)
+                np.testing.assert_array_equal(y[c], want)
+        took = counts()[0] - before
+        assert (took > 0) == (r % 2 == 0), took
+        for c in comms:
+            c.free()
