@@ -43,7 +43,7 @@ static inline PyObject *Py_NewRef(PyObject *o) {
 }
 #endif
 
-static PyObject *Task, *MpiLane, *RUNNING, *DONE, *FAILED, *IN_PLACE;
+static PyObject *Task, *MpiLane, *RUNNING, *DONE, *FAILED;
 static long long SLOTS = 16;
 static const uint64_t MASK = (1ULL << 62) - 1, MIX = 1000003ULL;
 static long long issued, completed, failed_starts;   /* for tests: that this path runs */
@@ -53,7 +53,7 @@ static long long issued, completed, failed_starts;   /* for tests: that this pat
     X(send) X(recv) X(result) X(ledger) X(lock) X(seq) X(every) X(last) X(posted)       \
     X(state) X(slots) X(uses) X(busy) X(req) X(root) X(rank) X(digest) X(fp) X(fp_hash) \
     X(window) X(fps) X(digests) X(slot) X(done) X(_engine) X(comm) X(plan) X(key)       \
-    X(lane) X(check) X(prev) X(gated) X(t_issue) X(last_progress) X(t_start) X(loose)   \
+    X(lane) X(check) X(t_issue) X(last_progress) X(t_start) X(loose)   \
     X(acquire) X(release) X(Start) X(Test) X(post) X(mop) X(xlock) X(_live) X(sq)       \
     X(loose_programs) X(settings) X(spin_polls) X(t_end) X(app_active) X(retired)       \
     X(flight) X(ring) X(append) X(_done) X(_adopt_loose) X(poll_error) \
@@ -147,17 +147,15 @@ static int copy_into(PyObject *dst, PyObject *src) {
 }
 
 static PyObject *bind(PyObject *m, PyObject *args) {
-    PyObject *task, *lane, *running, *done, *failed, *in_place;
+    PyObject *task, *lane, *running, *done, *failed;
     long long slots;
-    if (!PyArg_ParseTuple(args, "OOOOOOL", &task, &lane, &running, &done, &failed,
-                          &in_place, &slots))
+    if (!PyArg_ParseTuple(args, "OOOOOL", &task, &lane, &running, &done, &failed, &slots))
         return NULL;
     Py_XSETREF(Task, Py_NewRef(task));
     Py_XSETREF(MpiLane, Py_NewRef(lane));
     Py_XSETREF(RUNNING, Py_NewRef(running));
     Py_XSETREF(DONE, Py_NewRef(done));
     Py_XSETREF(FAILED, Py_NewRef(failed));
-    Py_XSETREF(IN_PLACE, Py_NewRef(in_place));
     SLOTS = slots;
     Py_RETURN_NONE;
 }
@@ -282,8 +280,12 @@ static PyObject *state_info(PyObject *st) {
     int ok;
     if ((engine = GET(st, engine)) == NULL || (lock = GET(st, lock)) == NULL ||
         (ledger = GET(st, ledger)) == NULL || (persist = GET(st, persist)) == NULL ||
-        (loose = GET(engine, loose)) == NULL || !PyDict_Check(persist) || !PyDict_Check(loose))
+        (loose = GET(engine, loose)) == NULL)
         goto out;
+    if (!PyDict_Check(persist) || !PyDict_Check(loose)) {
+        PyErr_SetString(PyExc_TypeError, "hpccoll express: the state is not as expected");
+        goto out;
+    }
     if ((ok = is_true(st, S_fast)) < 0)
         goto out;
     if (ok && (ok = is_true(engine, S_early)) < 0)
@@ -866,7 +868,7 @@ static PyObject *counts(PyObject *m, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS,
-     "bind(Task, MpiLane, RUNNING, DONE, FAILED, IN_PLACE, slots): what the calls make"},
+     "bind(Task, MpiLane, RUNNING, DONE, FAILED, slots): what the calls make"},
     {"issue", (PyCFunction)(void (*)(void))issue, METH_FASTCALL,
      "issue(state, call) -> Task or None: CommState.issue's loose route"},
     {"wait", (PyCFunction)(void (*)(void))wait, METH_FASTCALL,

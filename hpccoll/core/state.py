@@ -51,14 +51,12 @@ def key_hash(key: str) -> int:
 class CommState:
     def __init__(self, ctx, mpi_comm, name: str, uid: str):
         MPI = ctx._MPI
-        global MpiLane, RUNNING, FAILED, post, start_slot, finish_slot, started
+        global MpiLane, RUNNING, FAILED, post, start_slot, finish_slot, started, _bound
         # these import mpi4py.MPI: only once MPI is initialised
         from ..engine.lane import MpiLane, finish_slot, post, start_slot
         from ..engine.task import DONE, FAILED, RUNNING, Task, started
-        global _bound
         if _express is not None and not _bound:
-            _express.bind(Task, MpiLane, RUNNING, DONE, FAILED, MPI.IN_PLACE,
-                          plans.PERSISTENT_SLOTS)
+            _express.bind(Task, MpiLane, RUNNING, DONE, FAILED, plans.PERSISTENT_SLOTS)
             _bound = True
         self.Task = Task
         self.ctx = ctx

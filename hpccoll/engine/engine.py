@@ -33,10 +33,7 @@ from .task import DONE, FAILED, RUNNING
 from .watchdog import format_report
 from ..errors import CollectiveMismatch, CollectiveTimeout, HpcCollError
 
-try:     # a loose collective's first spin and completion in C (core/_express.c)
-    from ..core import _express
-except ImportError:
-    _express = None
+from ..core.state import _express   # (None where the install did not build it)
 
 PARK_SECONDS = 0.01     # parked engines look for work and control messages this often
 

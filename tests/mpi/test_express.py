@@ -190,6 +190,15 @@ def test_work_api_on_tasks_made_in_c(contexts, mpi_world):
         assert w.wait(timeout=10) is y and seen == [w] and w.exception() is None
         np.testing.assert_array_equal(y, np.full(4, n * (n - 1) // 2))
         assert w.counters["algo"] == "mpi" and w.counters["t_end"] >= w.counters["t_start"]
+        # its flight record is the one flight.Recorder.append makes (the C path writes
+        # the same row itself)
+        w3 = c.allreduce(x, y)
+        w3.wait()
+        ring = on._engine.flight.ring
+        mine = ring[-1]
+        ring.pop()
+        on._engine.flight.append(w3)
+        assert ring[-1] == mine
         w2 = c.allreduce(x, y)
         assert w2.wait(timeout=10) is y
         assert not c._state.pending()
