@@ -308,9 +308,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Issue and complete collectives the MPI library runs itself in C "
             "(hpccoll/core/_express.c, built at install where a C compiler is present): the "
             "same steps as the Python path (sequence number, ledger, task, MPI's start; the "
-            "waiter's first spin and the completion), about 2 us less per collective.  "
-            "Whatever that path does not cover (the every-64th digest check, avg, a busy "
-            "persistent request, ...) takes the Python path, call by call."),
+            "waiter's first spin and the completion), about 2 us less per collective; and "
+            "node-shared-memory programs the C executor runs (shm_in_c), started at issue on "
+            "an idle engine, and the waiter's spin over them and MPI's requests, 2-4 us less "
+            "per collective.  Whatever that path does not cover (the every-64th digest "
+            "check, avg, a busy persistent request, a program whose slots are held, ...) "
+            "takes the Python path, call by call."),
     Setting("persistent_bytes", int, 4096,
             "Collectives that run as the MPI library's own (mpi_coll_bytes) up to this many "
             "bytes reuse persistent requests (MPI-4 *_init, started again each call) on staging "
@@ -494,7 +497,8 @@ def algorithm_choice(settings: Settings) -> list:
             cells.append(picks[0] if picks[0] == picks[1] else f"{picks[0]}({picks[1]})")
         lines.append(f"  {coll:<15}" + "".join(f"{c:>12}" for c in cells))
     from .core import state
-    lines.append("collectives the MPI library runs are issued and completed " + (
+    lines.append("per-call path (collectives the MPI library runs, shared-memory programs in "
+                 "C) " + (
         "in C" if settings.calls_in_c and state._express is not None else "in Python: " + (
             "hpccoll/core/_express.c is not built" if settings.calls_in_c
             else "calls_in_c is off")))

@@ -44,9 +44,13 @@ static inline PyObject *Py_NewRef(PyObject *o) {
 #endif
 
 static PyObject *Task, *MpiLane, *RUNNING, *DONE, *FAILED;
+/* the shared-memory programs' route (bind_programs): engine/lane.py's ProgramLane and
+ * HostOps, core/plan.py's empty scratch array, engine/_native.c's run */
+static PyObject *ProgramLane, *HostOps, *NO_SCRATCH, *native_run;
 static long long SLOTS = 16;
 static const uint64_t MASK = (1ULL << 62) - 1, MIX = 1000003ULL;
 static long long issued, completed, failed_starts;   /* for tests: that this path runs */
+static long long p_issued, p_completed;               /* (the programs' route) */
 
 #define NAMES(X)                                                                        \
     X(recipe) X(early) X(fast) X(engine) X(divisor) X(persist) X(kind) X(inplace)       \
@@ -58,7 +62,12 @@ static long long issued, completed, failed_starts;   /* for tests: that this pat
     X(loose_programs) X(settings) X(spin_polls) X(t_end) X(app_active) X(retired)       \
     X(flight) X(ring) X(append) X(_done) X(_adopt_loose) X(poll_error) \
     X(_express_failed) X(plans) X(cx) \
-    X(yield_polls) X(device) X(layout) X(coll) X(count) X(op) X(dtype) X(reg_matters) X(ctx) X(_allocs)
+    X(yield_polls) X(device) X(layout) X(coll) X(count) X(op) X(dtype) X(reg_matters) X(ctx) X(_allocs) \
+    X(rt) X(native) X(code) X(program) X(epochs) X(scratch) X(shared) X(ops) X(detour)  \
+    X(shm) X(area) X(epoch) X(gate) X(held) X(capacity) X(solo) X(holds) X(pc)         \
+    X(waits_done) X(waiting) X(bufs) X(_bytes) X(itemsize) X(mpi) X(tag) X(inflight)    \
+    X(base) X(pool) X(_pooled) X(bytes_moved) X(polls) X(data) X(tag_space) X(prev)      \
+    X(release_lane) X(steps)
 #define DECLARE(n) static PyObject *S_##n;
 NAMES(DECLARE)
 #define GET(o, n) PyObject_GetAttr((o), S_##n)
@@ -160,6 +169,17 @@ static PyObject *bind(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *bind_programs(PyObject *m, PyObject *args) {
+    PyObject *lane, *ops, *scratch, *run;
+    if (!PyArg_ParseTuple(args, "OOOO", &lane, &ops, &scratch, &run))
+        return NULL;
+    Py_XSETREF(ProgramLane, Py_NewRef(lane));
+    Py_XSETREF(HostOps, Py_NewRef(ops));
+    Py_XSETREF(NO_SCRATCH, Py_NewRef(scratch));
+    Py_XSETREF(native_run, Py_NewRef(run));
+    Py_RETURN_NONE;
+}
+
 /* the previous order-matched task has posted its MPI calls (task.started) */
 static int prev_started(PyObject *st) {
     PyObject *last = GET(st, last);
@@ -205,9 +225,10 @@ static int kind_of(PyObject *kind) {
  * change once they exist, gathered at the first use into a tuple kept on the object
  * (its ``cx`` field): one read instead of a dozen per call.  A state's plan cache is
  * not among them (a calibration swaps it), nor anything a call changes. */
-enum { PX_OK, PX_RECIPE, PX_KIND, PX_PERSIST, PX_BROOT, PX_FP, PX_HASH, PX_REGM, PX_N };
+enum { PX_OK, PX_RECIPE, PX_KIND, PX_PERSIST, PX_BROOT, PX_FP, PX_HASH, PX_REGM,
+       PX_PROG, PX_PROGRAM, PX_OP, PX_ITEMSIZE, PX_EPOCHS, PX_NSTEPS, PX_N };
 enum { SX_ENGINE, SX_LOCK, SX_LEDGER, SX_PERSIST, SX_LOOSE, SX_OK, SX_FPS, SX_DIGESTS,
-       SX_EVERY, SX_WINDOW, SX_N };
+       SX_EVERY, SX_WINDOW, SX_SOLO, SX_DATA, SX_TAGSPACE, SX_SHM, SX_PROGRAMS, SX_N };
 enum { EX_XLOCK, EX_LOOSE, EX_PROGRAMS, EX_SQ, EX_POLLS, EX_YIELDS, EX_RING, EX_N };
 
 /* o.cx, or (o.cx None) what make(o) gathers, kept there; a new reference */
@@ -221,14 +242,39 @@ static PyObject *info(PyObject *o, PyObject *(*make)(PyObject *)) {
     return cx;
 }
 
+/* 1 if a plan with no recipe runs a node-shared-memory program on host arrays
+ * (core/plan.py, Plan.lane's last case), 0 if not, -1 on error */
+static int program_plan(PyObject *plan) {
+    PyObject *v;
+    int r;
+    if ((v = GET(plan, detour)) == NULL)
+        return -1;
+    r = v == Py_None;
+    Py_DECREF(v);
+    if (r && (r = is_true(plan, S_device)) >= 0)
+        r = !r;
+    if (r > 0)
+        r = is_true(plan, S_shared);
+    if (r > 0) {
+        if ((v = GET(plan, ops)) == NULL)
+            return -1;
+        r = v == HostOps;
+        Py_DECREF(v);
+    }
+    return r;
+}
+
 /* a plan: whether the C route applies to it at all (MPI's own collective, started at
  * issue, no avg, a kind it knows, in place only through a persistent request's copy),
  * then the recipe, kind, persistent set key, whether this rank is a broadcast's root,
- * the fingerprint and its hash, reg_matters */
+ * the fingerprint and its hash, reg_matters; then whether the programs' route applies
+ * (a node-shared-memory program on host arrays that needs no scratch), and its program,
+ * op, item size, epochs and number of steps */
 static PyObject *plan_info(PyObject *plan) {
     PyObject *recipe = NULL, *persist = NULL, *kindo = NULL, *fp = NULL, *hash = NULL,
-             *kind = NULL, *out = NULL;
-    int ok, broot = 0, k = K_OTHER, regm;
+             *kind = NULL, *out = NULL, *program = NULL, *op = NULL, *itemsize = NULL,
+             *epochs = NULL, *nsteps = NULL;
+    int ok, broot = 0, k = K_OTHER, regm, prog = 0;
     if ((recipe = GET(plan, recipe)) == NULL)
         goto out;
     ok = recipe != Py_None;
@@ -255,13 +301,41 @@ static PyObject *plan_info(PyObject *plan) {
         }
     } else {
         persist = Py_NewRef(Py_None);
+        if (ProgramLane != NULL && (prog = program_plan(plan)) < 0)
+            goto out;
+    }
+    if (prog) {
+        PyObject *dt = NULL, *steps = NULL;
+        long long sc = -1;
+        if ((program = GET(plan, program)) == NULL || (op = GET(plan, op)) == NULL ||
+            (epochs = GET(program, epochs)) == NULL || (steps = GET(program, steps)) == NULL ||
+            (dt = GET(plan, dtype)) == NULL || (itemsize = GET(dt, itemsize)) == NULL ||
+            ((sc = as_ll(program, S_scratch)) < 0 && PyErr_Occurred())) {
+            Py_XDECREF(dt);
+            Py_XDECREF(steps);
+            goto out;
+        }
+        Py_DECREF(dt);
+        Py_ssize_t n = PyObject_Length(steps);
+        Py_DECREF(steps);
+        if (n < 0 || (nsteps = PyLong_FromSsize_t(n)) == NULL)
+            goto out;
+        prog = sc == 0 && PyLong_Check(epochs) && PyLong_Check(itemsize);
     }
     if ((regm = is_true(plan, S_reg_matters)) < 0 || (fp = GET(plan, fp)) == NULL ||
         (hash = GET(plan, fp_hash)) == NULL || (kind = PyLong_FromLong(k)) == NULL)
         goto out;
+#define OR_NONE(o) ((o) != NULL ? (o) : Py_None)
     out = PyTuple_Pack(PX_N, ok ? Py_True : Py_False, recipe, kind, persist,
-                       broot ? Py_True : Py_False, fp, hash, regm ? Py_True : Py_False);
+                       broot ? Py_True : Py_False, fp, hash, regm ? Py_True : Py_False,
+                       prog ? Py_True : Py_False, OR_NONE(program), OR_NONE(op),
+                       OR_NONE(itemsize), OR_NONE(epochs), OR_NONE(nsteps));
 out:
+    Py_XDECREF(program);
+    Py_XDECREF(op);
+    Py_XDECREF(itemsize);
+    Py_XDECREF(epochs);
+    Py_XDECREF(nsteps);
     Py_XDECREF(recipe);
     Py_XDECREF(persist);
     Py_XDECREF(kindo);
@@ -276,13 +350,17 @@ out:
  * rings and sizes */
 static PyObject *state_info(PyObject *st) {
     PyObject *engine = NULL, *lock = NULL, *ledger = NULL, *persist = NULL, *loose = NULL,
-             *fps = NULL, *digests = NULL, *every = NULL, *window = NULL, *out = NULL;
+             *fps = NULL, *digests = NULL, *every = NULL, *window = NULL, *out = NULL,
+             *solo = NULL, *data = NULL, *tags = NULL, *shm = NULL, *programs = NULL;
     int ok;
     if ((engine = GET(st, engine)) == NULL || (lock = GET(st, lock)) == NULL ||
         (ledger = GET(st, ledger)) == NULL || (persist = GET(st, persist)) == NULL ||
-        (loose = GET(engine, loose)) == NULL)
+        (loose = GET(engine, loose)) == NULL || (solo = GET(engine, solo)) == NULL ||
+        (data = GET(st, data)) == NULL || (tags = GET(st, tag_space)) == NULL ||
+        (shm = GET(st, shm)) == NULL || (programs = GET(engine, loose_programs)) == NULL)
         goto out;
-    if (!PyDict_Check(persist) || !PyDict_Check(loose)) {
+    if (!PyDict_Check(persist) || !PyDict_Check(loose) || !PyDict_Check(programs) ||
+        !PyLong_Check(tags) || (shm != Py_None && !PyDict_Check(shm))) {
         PyErr_SetString(PyExc_TypeError, "hpccoll express: the state is not as expected");
         goto out;
     }
@@ -307,8 +385,14 @@ static PyObject *state_info(PyObject *st) {
     if (PyErr_Occurred())
         goto out;
     out = PyTuple_Pack(SX_N, engine, lock, ledger, persist, loose, ok ? Py_True : Py_False,
-                       fps, digests, every, window);
+                       fps, digests, every, window, PyObject_IsTrue(solo) ? Py_True : Py_False,
+                       data, tags, shm, programs);
 out:
+    Py_XDECREF(solo);
+    Py_XDECREF(data);
+    Py_XDECREF(tags);
+    Py_XDECREF(shm);
+    Py_XDECREF(programs);
     Py_XDECREF(engine);
     Py_XDECREF(lock);
     Py_XDECREF(ledger);
@@ -423,6 +507,276 @@ static PyObject *post(PyObject *r, int kind, PyObject *send, PyObject *recv) {
     return out;
 }
 
+/* 1 if registered memory exists while a plan's reg_matters (the Python path then looks at
+ * where the buffers lie), 0 if not, -1 on error */
+static int registered_may_matter(PyObject *st, PyObject *pcx) {
+    if (AT(pcx, PX_REGM) != Py_True)
+        return 0;
+    PyObject *ctx = GET(st, ctx);
+    if (ctx == NULL)
+        return -1;
+    int r = is_true(ctx, S__allocs);
+    Py_DECREF(ctx);
+    return r;
+}
+
+/* the lane's program run from its pc by _native.run until a flag wait that does not hold
+ * yet, or the end; the lane's pc, waits_done and waiting updated (engine/code.py, run).
+ * Its new pc, or -1 with the error raised (the lane unchanged). */
+static Py_ssize_t run_program(PyObject *lane, PyObject *native, PyObject *code,
+                              Py_ssize_t pc, PyObject *base, PyObject *send, PyObject *recv,
+                              PyObject *scratch) {
+    PyObject *pco = PyLong_FromSsize_t(pc);
+    if (pco == NULL)
+        return -1;
+    PyObject *argv[6] = {native, pco, base, send, recv, scratch};
+    PyObject *res = PyObject_Vectorcall(native_run, argv, 6, NULL);
+    Py_DECREF(pco);
+    if (res == NULL)
+        return -1;
+    Py_ssize_t npc = -1;
+    long long waits = 0;
+    if (PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 2) {
+        npc = PyLong_AsSsize_t(PyTuple_GET_ITEM(res, 0));
+        waits = PyLong_AsLongLong(PyTuple_GET_ITEM(res, 1));
+    }
+    Py_DECREF(res);
+    if (npc < 0 || PyErr_Occurred()) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "hpccoll express: _native.run returned no pc");
+        return -1;
+    }
+    if (npc == pc)
+        return npc;
+    PyObject *v = NULL, *w = NULL;
+    long long before = as_ll(lane, S_waits_done);
+    int rc = -1;
+    if (PyErr_Occurred() || (v = PyLong_FromSsize_t(npc)) == NULL ||
+        (w = PyLong_FromLongLong(before + waits)) == NULL ||
+        SET(lane, pc, v) < 0 || SET(lane, waits_done, w) < 0)
+        goto out;
+    /* the step it waits on (a WAIT instruction's last field), as code.run sets it */
+    PyObject *waiting = Py_None;
+    if (PyTuple_Check(code) && npc < PyTuple_GET_SIZE(code)) {
+        PyObject *ins = PyTuple_GET_ITEM(code, npc);
+        if (PyTuple_Check(ins) && PyTuple_GET_SIZE(ins) >= 4)
+            waiting = PyTuple_GET_ITEM(ins, 3);
+    }
+    rc = SET(lane, waiting, waiting);
+out:
+    Py_XDECREF(v);
+    Py_XDECREF(w);
+    return rc < 0 ? -1 : npc;
+}
+
+/* CommState.issue's other loose route: a node-shared-memory program on host arrays,
+ * started at issue while the engine has nothing to do (engine.solo, nothing live or
+ * queued) and the communicator's slots have room; its waiter runs it.  Its lane is
+ * Plan.lane's (the epoch base taken, the area's epoch moved past it), its start
+ * Task.start's: the slots held, the program run to its first wait that does not hold.
+ * None, nothing changed, wherever that route does not apply: the plan's program has no
+ * C encoding (not built on every rank, a reduction _native.c lacks), registered memory
+ * exists, the digest check is due, ... */
+static PyObject *issue_program(PyObject *st, PyObject *call, PyObject *plan, PyObject *pcx) {
+    PyObject *scx = NULL, *rt = NULL, *native = NULL, *code = NULL, *gate = NULL,
+             *area = NULL, *send = NULL, *recv = NULL, *result = NULL, *lane = NULL,
+             *task = NULL, *now = NULL, *seqo = NULL, *baseo = NULL, *exc = NULL, *v = NULL,
+             *out = Py_None;
+    PyObject *engine, *ledger, *lock, *shm;
+    int locked = 0, r;
+    Py_INCREF(out);
+    if ((r = registered_may_matter(st, pcx)) != 0)
+        goto check;
+    if ((scx = info(st, state_info)) == NULL)
+        goto fail;
+    shm = AT(scx, SX_SHM);
+    if (AT(scx, SX_OK) != Py_True || AT(scx, SX_SOLO) != Py_True || shm == Py_None)
+        goto out;
+    if ((rt = GET(plan, rt)) == NULL)
+        goto fail;
+    if (rt == Py_None)
+        goto out;                 /* made by the Python path, at the plan's first call */
+    if ((native = GET(rt, native)) == NULL || (code = GET(rt, code)) == NULL)
+        goto fail;
+    if (native == Py_None || !PyTuple_Check(code))
+        goto out;
+    if ((gate = PyDict_GetItemWithError(shm, S_gate)) == NULL)
+        goto fail_or_out;         /* made by the Python path, at the first program */
+    Py_INCREF(gate);
+    if ((area = PyDict_GetItemWithError(shm, S_area)) == NULL)
+        goto fail_or_out;
+    Py_INCREF(area);
+    engine = AT(scx, SX_ENGINE);
+    ledger = AT(scx, SX_LEDGER);
+    lock = AT(scx, SX_LOCK);
+    /* the engine has nothing of its own to do (a program it runs may share the slots) */
+    if ((r = is_true(engine, S__live)) != 0)
+        goto check;
+    if ((v = GET(engine, sq)) == NULL)
+        goto fail;
+    Py_ssize_t queued = PyObject_Length(v);
+    if (queued != 0)
+        goto fail_or_out;
+    if ((send = GET(call, send)) == NULL || (recv = GET(call, recv)) == NULL ||
+        (result = GET(call, result)) == NULL)
+        goto fail;
+
+    if (call_lock(lock, S_acquire) < 0)
+        goto fail;
+    locked = 1;
+    long long seq = as_ll(st, S_seq);
+    if (seq < 0 && PyErr_Occurred())
+        goto fail;
+    if (ledger != Py_None) {
+        long long every = PyLong_AsLongLong(AT(scx, SX_EVERY));
+        if (seq % every == every - 1)   /* the digest check rides along */
+            goto out;
+    }
+    if ((r = prev_started(st)) <= 0)
+        goto check;
+    long long held = as_ll(gate, S_held), cap = as_ll(gate, S_capacity);
+    long long base = as_ll(area, S_epoch), slots = as_ll(area, S_slots);
+    long long epochs = PyLong_AsLongLong(AT(pcx, PX_EPOCHS));
+    long long tags = PyLong_AsLongLong(AT(scx, SX_TAGSPACE));
+    if (PyErr_Occurred())
+        goto fail;
+    if (held >= cap || slots < 1 || tags < 1)
+        goto out;
+
+    /* -- committed: this collective, as CommState.issue and Plan.lane make it -- */
+    if ((seqo = PyLong_FromLongLong(seq + 1)) == NULL || SET(st, seq, seqo) < 0)
+        goto fail;
+    Py_SETREF(seqo, PyLong_FromLongLong(seq));
+    if (seqo == NULL || (baseo = PyLong_FromLongLong(base)) == NULL)
+        goto fail;
+    {   /* the next collective starts on a multiple of the slot count (Plan.lane) */
+        long long next = (base + epochs + slots - 1) / slots * slots;
+        PyObject *e = PyLong_FromLongLong(next);
+        if (e == NULL || SET(area, epoch, e) < 0) {
+            Py_XDECREF(e);
+            goto fail;
+        }
+        Py_DECREF(e);
+    }
+    if (ledger != Py_None && record(ledger, scx, seq, pcx, seqo) < 0)
+        goto fail;
+    {
+        PyObject *bufs = PyList_New(3), *bytes = PyList_New(3), *inflight = PyDict_New(),
+                 *tag = PyLong_FromLongLong((seq % tags) * 2), *zero = PyLong_FromLong(0);
+        int ok = bufs && bytes && inflight && tag && zero;
+        if (ok) {
+            PyList_SET_ITEM(bufs, 0, Py_NewRef(send));
+            PyList_SET_ITEM(bufs, 1, Py_NewRef(recv));
+            PyList_SET_ITEM(bufs, 2, Py_NewRef(NO_SCRATCH));
+            for (int i = 0; i < 3; i++)
+                PyList_SET_ITEM(bytes, i, Py_NewRef(Py_None));
+            ok = (lane = new_instance(ProgramLane)) != NULL &&
+                 SET(lane, program, AT(pcx, PX_PROGRAM)) == 0 && SET(lane, bufs, bufs) == 0 &&
+                 SET(lane, _bytes, bytes) == 0 && SET(lane, itemsize, AT(pcx, PX_ITEMSIZE)) == 0 &&
+                 SET(lane, op, AT(pcx, PX_OP)) == 0 && SET(lane, mpi, AT(scx, SX_DATA)) == 0 &&
+                 SET(lane, tag, tag) == 0 && SET(lane, ops, HostOps) == 0 &&
+                 SET(lane, pc, zero) == 0 && SET(lane, inflight, inflight) == 0 &&
+                 SET(lane, waiting, Py_None) == 0 && SET(lane, waits_done, zero) == 0 &&
+                 SET(lane, bytes_moved, zero) == 0 && SET(lane, shm, rt) == 0 &&
+                 SET(lane, base, baseo) == 0 && SET(lane, pool, Py_None) == 0 &&
+                 SET(lane, _pooled, Py_None) == 0 && SET(lane, holds, gate) == 0 &&
+                 SET(lane, code, code) == 0;
+        }
+        Py_XDECREF(bufs);
+        Py_XDECREF(bytes);
+        Py_XDECREF(inflight);
+        Py_XDECREF(tag);
+        Py_XDECREF(zero);
+        if (!ok)
+            goto fail;
+    }
+    if ((now = monotonic()) == NULL || (task = new_instance(Task)) == NULL)
+        goto fail;
+    if (SET(task, _engine, engine) < 0 || SET(task, comm, st) < 0 || SET(task, plan, plan) < 0 ||
+        SET(task, seq, seqo) < 0 || SET(task, lane, lane) < 0 ||
+        SET(task, result, result) < 0 ||
+        SET(task, t_issue, now) < 0 || SET(task, last_progress, now) < 0 ||
+        SET(task, t_start, now) < 0 || SET(task, state, RUNNING) < 0 ||
+        SET(st, last, Py_None) < 0)
+        goto fail;
+    Py_CLEAR(v);
+    if ((v = PyLong_FromLongLong(held + 1)) == NULL || SET(gate, held, v) < 0)
+        goto fail;
+    Py_CLEAR(out);
+    out = Py_NewRef(task);
+    /* Task.start's poll: the program runs to its first wait that does not hold */
+    Py_CLEAR(v);
+    if ((v = PyLong_FromLong(1)) == NULL || SET(task, polls, v) < 0)
+        goto fail;
+    Py_ssize_t pc = run_program(lane, native, code, 0, baseo, send, recv, NO_SCRATCH);
+    if (pc < 0) {
+        exc = take_exception();
+        goto program_error;
+    }
+    if (pc >= PyLong_AsSsize_t(AT(pcx, PX_NSTEPS)) &&
+        (SET(task, state, DONE) < 0 || SET(task, t_end, now) < 0))
+        goto fail;
+    if (SET(task, posted, Py_True) < 0 || SET(task, loose, Py_True) < 0 ||
+        PyDict_SetItem(AT(scx, SX_PROGRAMS), task, Py_None) < 0 ||
+        PyDict_SetItem(AT(scx, SX_LOOSE), task, Py_None) < 0)
+        goto fail;
+    p_issued++;
+    goto out;
+
+program_error:
+    /* what Task.poll's failure would do (the task failed with it), the engine adopting
+     * it after the lock, as CommState.issue does with a task that failed at its start */
+    failed_starts++;
+    if (SET(task, posted, Py_True) < 0)
+        goto fail;
+    locked = 0;
+    if (call_lock(lock, S_release) < 0)
+        goto fail;
+    {
+        PyObject *res = PyObject_CallMethodObjArgs(st, S__express_failed, task, exc, Py_True,
+                                                   NULL);
+        if (res == NULL)
+            goto fail;
+        Py_DECREF(res);
+    }
+    goto out;
+check:
+    if (r < 0)
+        goto fail;
+    goto out;
+fail_or_out:
+    if (PyErr_Occurred())
+        goto fail;
+    goto out;
+fail:
+    Py_CLEAR(out);
+out:
+    if (locked) {
+        PyObject *et = take_exception();
+        if (call_lock(lock, S_release) < 0 && out != NULL)
+            Py_CLEAR(out);
+        if (et != NULL)
+            restore_exception(et);
+    }
+    Py_XDECREF(scx);
+    Py_XDECREF(rt);
+    Py_XDECREF(native);
+    Py_XDECREF(code);
+    Py_XDECREF(gate);
+    Py_XDECREF(area);
+    Py_XDECREF(send);
+    Py_XDECREF(recv);
+    Py_XDECREF(result);
+    Py_XDECREF(lane);
+    Py_XDECREF(task);
+    Py_XDECREF(now);
+    Py_XDECREF(seqo);
+    Py_XDECREF(baseo);
+    Py_XDECREF(exc);
+    Py_XDECREF(v);
+    return out;
+}
+
 static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "issue(state, call)");
@@ -478,19 +832,15 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     }
     if ((pcx = info(plan, plan_info)) == NULL)
         goto fail;
-    if (AT(pcx, PX_OK) != Py_True)
+    if (AT(pcx, PX_OK) != Py_True) {
+        if (AT(pcx, PX_PROG) == Py_True)
+            Py_SETREF(out, issue_program(st, call, plan, pcx));
         goto out;
-    if (AT(pcx, PX_REGM) == Py_True) {
-        /* registered buffers would change the plan: while registered memory exists,
-         * the Python path looks at where these lie */
-        PyObject *ctx = GET(st, ctx);
-        if (ctx == NULL)
-            goto fail;
-        r = is_true(ctx, S__allocs);
-        Py_DECREF(ctx);
-        if (r != 0)
-            goto check;
     }
+    /* registered buffers would change the plan: while registered memory exists, the
+     * Python path looks at where these lie */
+    if ((r = registered_may_matter(st, pcx)) != 0)
+        goto check;
     if ((scx = info(st, state_info)) == NULL)
         goto fail;
     if (AT(scx, SX_OK) != Py_True)
@@ -682,14 +1032,26 @@ out:
 
 /* Engine._done_loose's steps for an MPI lane (the xlock held): the result out of the
  * staging array (MpiLane.finish), the task done, out of the loose ones, recorded */
-static int done_loose(PyObject *engine, PyObject *ecx, PyObject *task, PyObject *lane) {
+static int done_loose(PyObject *engine, PyObject *ecx, PyObject *task, PyObject *lane,
+                      int program) {
     int rc = -1, finished = 0;
     PyObject *slot = NULL, *srecv = NULL, *recv = NULL, *plan = NULL, *pcx = NULL,
              *now = NULL, *row = NULL;
-    if ((slot = GET(lane, slot)) == NULL || (plan = GET(task, plan)) == NULL ||
-        (pcx = info(plan, plan_info)) == NULL)
+    if ((plan = GET(task, plan)) == NULL || (pcx = info(plan, plan_info)) == NULL)
         goto out;
-    if (slot != Py_None) {
+    if (program) {
+        /* the communicator's slots given back (the lane held them from its start) */
+        PyObject *gate = GET(lane, holds);
+        long long held = gate == NULL ? -1 : as_ll(gate, S_held);
+        PyObject *h = PyErr_Occurred() ? NULL : PyLong_FromLongLong(held - 1);
+        int bad = h == NULL || SET(gate, held, h) < 0;
+        Py_XDECREF(h);
+        Py_XDECREF(gate);
+        if (bad)
+            goto out;
+    } else if ((slot = GET(lane, slot)) == NULL) {
+        goto out;
+    } else if (slot != Py_None) {
         if ((srecv = GET(slot, recv)) == NULL || (recv = GET(lane, recv)) == NULL)
             goto out;
         /* (a broadcast's root has its result in place) */
@@ -705,7 +1067,7 @@ static int done_loose(PyObject *engine, PyObject *ecx, PyObject *task, PyObject 
         if (!finished && SET(slot, busy, Py_False) < 0)
             goto out;
     }
-    if (SET(lane, done, Py_True) < 0 || SET(task, state, DONE) < 0 ||
+    if ((!program && SET(lane, done, Py_True) < 0) || SET(task, state, DONE) < 0 ||
         (now = monotonic()) == NULL || SET(task, t_end, now) < 0 ||
         SET(engine, app_active, now) < 0)
         goto out;
@@ -740,8 +1102,12 @@ static int done_loose(PyObject *engine, PyObject *ecx, PyObject *task, PyObject 
             goto out;
         Py_DECREF(res);
     }
-    if (SET(lane, send, Py_None) < 0 || SET(lane, recv, Py_None) < 0 ||
-        SET(task, _done, Py_True) < 0)
+    /* lane.release(): a program's lane made here holds no pooled scratch */
+    if (program ? (SET(lane, bufs, Py_None) < 0 || SET(lane, _bytes, Py_None) < 0 ||
+                   SET(lane, shm, Py_None) < 0)
+                : (SET(lane, send, Py_None) < 0 || SET(lane, recv, Py_None) < 0))
+        goto out;
+    if (SET(task, _done, Py_True) < 0)
         goto out;
     rc = 0;
 out:
@@ -753,6 +1119,160 @@ out:
     Py_XDECREF(now);
     Py_XDECREF(row);
     return rc;
+}
+
+/* Engine._adopt_loose(task, poll_error=<the raised exception>): the engine explains it */
+static int adopt_error(PyObject *engine, PyObject *task) {
+    PyObject *exc = take_exception();
+    PyObject *a = PyTuple_Pack(1, task), *kw = Py_BuildValue("{OO}", S_poll_error, exc);
+    PyObject *fn = GET(engine, _adopt_loose);
+    PyObject *res = (a && kw && fn) ? PyObject_Call(fn, a, kw) : NULL;
+    Py_XDECREF(a);
+    Py_XDECREF(kw);
+    Py_XDECREF(fn);
+    Py_XDECREF(exc);
+    if (res == NULL)
+        return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
+/* One poll of the loose task t (the xlock held), as Engine._step_loose makes it: a
+ * program run from where it stopped (engine/code.py, run), an MPI request tested; one
+ * that ends completes (_done_loose), one that fails goes to the engine with its error.
+ * 1 if it moved, 0 if not, 2 if it is not one this module polls (nothing done: a check
+ * rides along, an interpreted program, pooled scratch, ...), -1 on error. */
+static int step_task(PyObject *engine, PyObject *ecx, PyObject *t) {
+    PyObject *check = NULL, *lane = NULL, *shm = NULL, *native = NULL, *code = NULL,
+             *bufs = NULL, *base = NULL, *pooled = NULL, *req = NULL;
+    int rc = -1;
+    if ((check = GET(t, check)) == NULL || (lane = GET(t, lane)) == NULL)
+        goto out;
+    rc = 2;
+    if (check != Py_None)
+        goto out;
+    if (ProgramLane != NULL && (PyObject *)Py_TYPE(lane) == ProgramLane) {
+        rc = -1;
+        if ((shm = GET(lane, shm)) == NULL || (code = GET(lane, code)) == NULL ||
+            (bufs = GET(lane, bufs)) == NULL || (base = GET(lane, base)) == NULL ||
+            (pooled = GET(lane, _pooled)) == NULL)
+            goto out;
+        rc = 2;
+        if (shm == Py_None || pooled != Py_None || !PyTuple_Check(code) ||
+            !PyList_Check(bufs) || PyList_GET_SIZE(bufs) != 3)
+            goto out;
+        rc = -1;
+        if ((native = GET(shm, native)) == NULL)
+            goto out;
+        rc = 2;
+        if (native == Py_None)
+            goto out;
+        rc = -1;
+        Py_ssize_t n = PyTuple_GET_SIZE(code), pc = (Py_ssize_t)as_ll(lane, S_pc), npc = pc;
+        if (PyErr_Occurred())
+            goto out;
+        if (pc < n) {
+            PyObject **b = &PyList_GET_ITEM(bufs, 0);
+            if ((npc = run_program(lane, native, code, pc, base, b[0], b[1], b[2])) < 0) {
+                rc = adopt_error(engine, t) < 0 ? -1 : 1;
+                goto out;
+            }
+        }
+        if (npc >= n) {
+            if (done_loose(engine, ecx, t, lane, 1) < 0)
+                goto out;
+            p_completed++;
+            rc = 1;
+        } else {
+            rc = npc != pc;
+        }
+    } else if ((PyObject *)Py_TYPE(lane) == MpiLane) {
+        if ((req = GET(lane, req)) == NULL)
+            goto out;
+        if (req == Py_None)
+            goto out;
+        PyObject *res = PyObject_CallMethodNoArgs(req, S_Test);
+        if (res == NULL) {       /* MPI's error: the engine explains it */
+            rc = adopt_error(engine, t) < 0 ? -1 : 1;
+            goto out;
+        }
+        int done = res == Py_True;
+        Py_DECREF(res);
+        rc = 0;
+        if (done) {
+            if (done_loose(engine, ecx, t, lane, 0) < 0)
+                rc = -1;
+            else {
+                completed++;
+                rc = 1;
+            }
+        }
+    }
+out:
+    Py_XDECREF(check);
+    Py_XDECREF(lane);
+    Py_XDECREF(shm);
+    Py_XDECREF(native);
+    Py_XDECREF(code);
+    Py_XDECREF(bufs);
+    Py_XDECREF(base);
+    Py_XDECREF(pooled);
+    Py_XDECREF(req);
+    return rc;
+}
+
+/* Engine.wait_loose's spin where programs are loose (the xlock held): ``task`` alone, or
+ * (``group``) every loose collective in turn, as the waiter's Engine._step_loose does,
+ * until the task completes or spin_polls rounds in a row move nothing (and, with no
+ * timeout, yield_polls more with sched_yield before each).  1 done, 0 not (the Python
+ * waiter goes on from there, as it does where a loose collective is not one this module
+ * polls; an error went to the engine), -1 error. */
+static int spin_loose(PyObject *engine, PyObject *ecx, PyObject *task, PyObject *timeout,
+                      int group) {
+    long long polls = PyLong_AsLongLong(AT(ecx, EX_POLLS));
+    long long yields = timeout == Py_None ? PyLong_AsLongLong(AT(ecx, EX_YIELDS)) : 0;
+    if (PyErr_Occurred())
+        return -1;
+    for (long long idle = 0; idle < polls + yields;) {
+        int r = is_true(task, S_loose);
+        if (r <= 0) {
+            if (r < 0)
+                return -1;
+            break;
+        }
+        if (idle >= polls) {
+            Py_BEGIN_ALLOW_THREADS
+            sched_yield();
+            Py_END_ALLOW_THREADS
+        }
+        int moved = 0;
+        if (group) {
+            PyObject *tasks = PyDict_Keys(AT(ecx, EX_LOOSE));
+            if (tasks == NULL)
+                return -1;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tasks); i++) {
+                PyObject *t = PyList_GET_ITEM(tasks, i);
+                if ((r = is_true(t, S_loose)) == 0)
+                    continue;           /* (completed in this round) */
+                if (r > 0)
+                    r = step_task(engine, ecx, t);
+                if (r < 0 || r == 2) {
+                    Py_DECREF(tasks);
+                    return r < 0 ? -1 : 0;
+                }
+                moved |= r;
+            }
+            Py_DECREF(tasks);
+        } else {
+            if ((r = step_task(engine, ecx, task)) < 0)
+                return -1;
+            if (r == 2)
+                return 0;
+            moved = r;
+        }
+        idle = moved ? 0 : idle + 1;
+    }
+    return is_true(task, S__done);
 }
 
 static PyObject *wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
@@ -774,7 +1294,8 @@ static PyObject *wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         goto out;
     if ((lane = GET(task, lane)) == NULL)
         goto fail;
-    if ((PyObject *)Py_TYPE(lane) != MpiLane)
+    int program = ProgramLane != NULL && (PyObject *)Py_TYPE(lane) == ProgramLane;
+    if (!program && (PyObject *)Py_TYPE(lane) != MpiLane)
         goto out;
     if ((engine = GET(task, _engine)) == NULL || (ecx = info(engine, engine_info)) == NULL)
         goto fail;
@@ -791,8 +1312,15 @@ static PyObject *wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t queued = PyObject_Length(AT(ecx, EX_SQ));
     if (queued != 0)
         goto fail_or_out;
-    if (PyDict_GET_SIZE(AT(ecx, EX_LOOSE)) > 1 && PyDict_GET_SIZE(AT(ecx, EX_PROGRAMS)) != 0)
+    /* a program is loose besides this one (or this one is): the waiter steps them all */
+    int group = PyDict_GET_SIZE(AT(ecx, EX_LOOSE)) > 1 &&
+                (program || PyDict_GET_SIZE(AT(ecx, EX_PROGRAMS)) != 0);
+    if (program || group) {
+        if ((r = spin_loose(engine, ecx, task, timeout, group)) < 0)
+            goto fail;
+        done = r;
         goto out;
+    }
     if ((req = GET(lane, req)) == NULL)
         goto fail;
     if (req == Py_None)
@@ -810,22 +1338,14 @@ static PyObject *wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         }
         PyObject *res = PyObject_CallMethodNoArgs(req, S_Test);
         if (res == NULL) {       /* MPI's error: the engine explains it */
-            exc = take_exception();
-            PyObject *a = PyTuple_Pack(1, task), *kw = Py_BuildValue("{OO}", S_poll_error, exc);
-            PyObject *fn = GET(engine, _adopt_loose);
-            PyObject *res2 = (a && kw && fn) ? PyObject_Call(fn, a, kw) : NULL;
-            Py_XDECREF(a);
-            Py_XDECREF(kw);
-            Py_XDECREF(fn);
-            if (res2 == NULL)
+            if (adopt_error(engine, task) < 0)
                 goto fail;
-            Py_DECREF(res2);
             goto out;
         }
         int t = res == Py_True;
         Py_DECREF(res);
         if (t) {
-            if (done_loose(engine, ecx, task, lane) < 0)
+            if (done_loose(engine, ecx, task, lane, 0) < 0)
                 goto fail;
             completed++;
             done = 1;
@@ -866,6 +1386,10 @@ static PyObject *counts(PyObject *m, PyObject *unused) {
     return Py_BuildValue("(LLL)", issued, completed, failed_starts);
 }
 
+static PyObject *program_counts(PyObject *m, PyObject *unused) {
+    return Py_BuildValue("(LL)", p_issued, p_completed);
+}
+
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS,
      "bind(Task, MpiLane, RUNNING, DONE, FAILED, slots): what the calls make"},
@@ -873,7 +1397,11 @@ static PyMethodDef methods[] = {
      "issue(state, call) -> Task or None: CommState.issue's loose route"},
     {"wait", (PyCFunction)(void (*)(void))wait, METH_FASTCALL,
      "wait(task, timeout) -> bool: a loose MPI task's first spin and completion"},
+    {"bind_programs", bind_programs, METH_VARARGS,
+     "bind_programs(ProgramLane, HostOps, no_scratch, native_run): the programs' route"},
     {"counts", counts, METH_NOARGS, "(issued, completed, failed at start) by this module, in this process"},
+    {"program_counts", program_counts, METH_NOARGS,
+     "(issued, completed) shared-memory programs by this module, in this process"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "hpccoll.core._express",

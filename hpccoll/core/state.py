@@ -57,6 +57,12 @@ class CommState:
         from ..engine.task import DONE, FAILED, RUNNING, Task, started
         if _express is not None and not _bound:
             _express.bind(Task, MpiLane, RUNNING, DONE, FAILED, plans.PERSISTENT_SLOTS)
+            from ..engine import code
+            if code._native is not None:     # the shared-memory programs' route too
+                from ..engine.lane import ProgramLane
+                from ..engine.reduction import HostOps
+                _express.bind_programs(ProgramLane, HostOps, plans._NO_SCRATCH,
+                                       code._native.run)
             _bound = True
         self.Task = Task
         self.ctx = ctx
@@ -311,10 +317,14 @@ class CommState:
             engine.adopt_loose()
         return task
 
-    def _express_failed(self, task, exc) -> None:
-        """MPI raised ``exc`` when _express.issue started ``task`` (the lock let go)."""
+    def _express_failed(self, task, exc, program: bool = False) -> None:
+        """MPI raised ``exc`` when _express.issue started ``task``, or its program's first
+        run did (``program``: as Task.poll's failure would); the lock let go."""
         with self.engine.lock:
-            self.engine.adopt(task, start_error=exc)
+            if program:
+                self.engine.adopt(task, poll_error=exc)
+            else:
+                self.engine.adopt(task, start_error=exc)
 
     def run(self, call, blocks: Optional[int] = None):
         """Issue ``call`` and wait for it on the calling thread (the mpi4py adapter's

@@ -3,7 +3,8 @@ collectives and against the Python path: every collective it takes, on changing 
 on two communicators in opposite orders on alternate ranks; the ledger it records (the
 mismatch check's) the same as the Python path's; the calls it leaves to Python (the
 digest check, a busy persistent request, avg, keys, explicit blocks) in between; and the
-Work API on the tasks it makes."""
+Work API on the tasks it makes; and its route for node-shared-memory programs (the
+reductions from 16 KiB), alone and stepped beside MPI-run collectives."""
 import os
 
 import numpy as np
@@ -31,6 +32,10 @@ def need_express():
 
 def counts():
     return _state._express.counts()
+
+
+def program_counts():
+    return _state._express.program_counts()
 
 
 @pytest.fixture(scope="module")
@@ -130,10 +135,12 @@ def test_the_ledger_is_the_python_paths(contexts, mpi_world):
         try:
             x = np.arange(5, dtype=np.int64)
             y = np.empty(5 * mpi_world.size, np.int64)
+            big = np.arange(8192, dtype=np.int64)     # 64 KiB: a shared-memory program
             for it in range(150):
                 c.allreduce(x, x.copy() if it % 50 == 0 else np.empty_like(x)).wait()
                 c.allgather(x, y).wait()
                 c.broadcast(x, root=it % mpi_world.size).wait()
+                c.allreduce(big, np.empty_like(big)).wait()
             led = c._state.ledger
             ledgers.append((led.digest, led.seq, list(led.fps), list(led.digests)))
         finally:
@@ -274,5 +281,164 @@ def test_ranks_with_and_without_it_work_together(mpi_world):
                 np.testing.assert_array_equal(y[c], want)
         took = counts()[0] - before
         assert (took > 0) == (r % 2 == 0), took
+        for c in comms:
+            c.free()
+
+
+REDUCTIONS = ("allreduce", "reduce", "reduce_scatter")
+
+
+def _programs_run_in_c(ctx) -> bool:
+    """Whether this context's shared-memory programs can take the C route: every rank
+    on one node runs them in C (agreed at init; the CI builds it)."""
+    return ctx.c_programs and _state._express is not None
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("dtype", [np.int32, np.float64])
+@pytest.mark.parametrize("count", [4096, 65536])
+def test_programs_match_mpi_beside_mpi_run_collectives(contexts, mpi_world, dtype, count):
+    """The reductions node-shared memory runs (16 KiB and up), issued through C on two
+    communicators in opposite orders on alternate ranks, with a small alltoall MPI runs
+    on a third between them (so waiters step programs and MPI requests together), on
+    changing data: exact against MPI's own, and the C route took them."""
+    on, _ = contexts
+    n, r = mpi_world.size, mpi_world.rank
+    root = n - 1
+    m = count * n
+    comms = [on.world.dup(name=f"p{c}") for c in range(3)]
+    mpis = [mpi_world.Dup() for _ in range(2)]
+    order = (0, 1) if r % 2 == 0 else (1, 0)
+    before = program_counts()
+    small = np.arange(2 * n, dtype=np.int64) + r
+    small_out = np.empty_like(small)
+    small_want = reference(mpi_world, "alltoall", small, n, root)
+    try:
+        for coll in REDUCTIONS:
+            sends = [np.empty(m, dtype) for _ in range(2)]
+            recvs = [np.empty(m // n if coll == "reduce_scatter" else m, dtype)
+                     for _ in range(2)]
+            for it in range(12):
+                for c in range(2):
+                    sends[c][:] = (np.arange(m) * 5 + r * 3 + it * 7 + c) % 97 - 48
+                works = []
+                for c in order:
+                    if coll == "reduce":
+                        works.append((c, comms[c].reduce(sends[c], recvs[c], root=root)))
+                    else:
+                        works.append((c, getattr(comms[c], coll)(sends[c], recvs[c])))
+                    if c == order[0]:
+                        small_w = comms[2].alltoall(small, small_out)
+                got = {c: w.wait() for c, w in reversed(works)}
+                np.testing.assert_array_equal(small_w.wait(), small_want)
+                for c in range(2):
+                    want = reference(mpis[c], coll, sends[c].copy(), n, root)
+                    if want is not None:
+                        np.testing.assert_array_equal(got[c], want, err_msg=f"{coll} it {it}")
+    finally:
+        for c in comms:
+            c.free()
+        for c in mpis:
+            c.Free()
+    issued, completed = (a - b for a, b in zip(program_counts(), before))
+    if _programs_run_in_c(on):
+        assert issued > 0 and completed > 0, (issued, completed)
+    else:
+        assert issued == 0
+
+
+@pytest.mark.mpi(min_size=2)
+def test_programs_left_to_python(contexts, mpi_world):
+    """A second program of a communicator issued before the first completed waits for its
+    slots (queued, the Python way), and while registered memory exists the Python path
+    looks at where each call's buffers lie: all exact, in between calls C takes."""
+    on, _ = contexts
+    n, r = mpi_world.size, mpi_world.rank
+    c = on.world.dup(name="p-left")
+    try:
+        xs = [np.full(8192, r + i, np.int64) for i in range(3)]
+        for _ in range(2):
+            before = program_counts()[0]
+            works = [c.allreduce(x) for x in xs]     # the 2nd and 3rd: slots held
+            took = program_counts()[0] - before
+            assert took <= 1, took
+            assert not works[1].loose and not works[2].loose
+            for i, w in enumerate(works):
+                np.testing.assert_array_equal(w.wait(), np.full(8192, n * (n - 1) // 2 + n * i))
+    finally:
+        c.free()
+    # (a context of its own: registered memory stays until its context closes)
+    with hpccoll.init(timeout=60, calls_in_c=True) as ctx:
+        c = ctx.world.dup(name="p-reg")
+        reg = ctx.empty(8192, np.int64)
+        reg[:] = np.arange(8192) + r
+        want = np.arange(8192) * n + n * (n - 1) // 2
+        before = program_counts()[0]
+        for x in (xs[0], reg, reg.copy()):
+            for _ in range(3):
+                got = c.allreduce(x).wait()
+                np.testing.assert_array_equal(got, want if x is not xs[0] else
+                                              np.full(8192, n * (n - 1) // 2))
+        assert program_counts()[0] == before
+        c.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_an_error_in_a_programs_first_run_fails_it(mpi_world):
+    """An error where the C route runs a program's first steps (forced here on every rank:
+    the executor raises) fails that collective with an error naming it, as Task.poll's
+    failure would on the Python path."""
+    need_express()
+    from hpccoll.engine import code, lane, reduction
+    if code._native is None:
+        pytest.skip("engine/_native.c is not built here")
+
+    def broken(*args):
+        raise RuntimeError("executor broken for this test")
+
+    with hpccoll.init(timeout=60, calls_in_c=True) as ctx:
+        if not _programs_run_in_c(ctx):
+            pytest.skip("shared-memory programs do not run in C on every rank here")
+        comm = ctx.world.dup(name="p-error")
+        x = np.ones(8192, np.int64)
+        for _ in range(3):
+            comm.allreduce(x).wait()
+        mpi_world.Barrier()
+        before = program_counts()[0]
+        _state._express.bind_programs(lane.ProgramLane, reduction.HostOps,
+                                      _state.plans._NO_SCRATCH, broken)
+        try:
+            with pytest.raises(hpccoll.HpcCollError, match=r"allreduce .*#3 int64.*broken"):
+                comm.allreduce(x).wait()
+        finally:
+            _state._express.bind_programs(lane.ProgramLane, reduction.HostOps,
+                                          _state.plans._NO_SCRATCH, code._native.run)
+        assert program_counts()[0] == before
+        mpi_world.Barrier()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_programs_with_and_without_it(mpi_world):
+    """Ranks with the C route off beside ranks with it on run the same programs on the
+    same epochs: exact, on two communicators in opposite orders."""
+    need_express()
+    n, r = mpi_world.size, mpi_world.rank
+    with hpccoll.init(timeout=60, calls_in_c=r % 2 == 0) as ctx:
+        comms = [ctx.world.dup(name=f"pmix{c}") for c in range(2)]
+        order = (0, 1) if r % 2 == 0 else (1, 0)
+        x = [np.empty(8192, np.int64) for _ in range(2)]
+        y = [np.empty(8192, np.int64) for _ in range(2)]
+        before = program_counts()[0]
+        for it in range(100):      # crosses the digest check
+            for c in range(2):
+                x[c][:] = np.arange(8192) + r * 10 + it + c
+            works = [comms[c].allreduce(x[c], y[c]) for c in order]
+            for w in works:
+                w.wait()
+            for c in range(2):
+                want = np.arange(8192) * n + 10 * n * (n - 1) // 2 + n * (it + c)
+                np.testing.assert_array_equal(y[c], want)
+        took = program_counts()[0] - before
+        assert (took > 0) == (r % 2 == 0 and _programs_run_in_c(ctx)), took
         for c in comms:
             c.free()
