@@ -38,8 +38,8 @@ class Choice(NamedTuple):
 
 
 # the collectives whose shared-memory programs shm_c_bytes brings below shm_min_bytes
-# (the reductions, where it was measured; core/plan.py sets Choice.shm_c_bytes for them)
-C_SHM_COLLECTIVES = frozenset({"allreduce", "reduce", "reduce_scatter"})
+# (where it was measured; core/plan.py sets Choice.shm_c_bytes for them)
+C_SHM_COLLECTIVES = frozenset({"allreduce", "reduce", "reduce_scatter", "allgather"})
 
 
 def _c_shm(c: Choice) -> bool:
@@ -104,10 +104,17 @@ def _gather(c: Choice) -> bool:
     (2 ranks 16 MiB: 1,121 against 1,400 us; 4 ranks 3,120 against 5,192).  Measured by
     ``hpccoll-tune calibrate``, docs/performance.md."""
     return _native(c) and not (
-        c.registered and c.shm == "flat" and c.nbytes >= _GATHER_SHM_BYTES)
+        c.registered and c.shm == "flat" and c.nbytes >= _GATHER_SHM_BYTES) and not (
+        _c_shm(c) and c.nbytes <= _GATHER_C_BYTES)
 
 
 _GATHER_SHM_BYTES = 2 << 20
+# Shared memory run in C, issued and waited for through core/_express.c, beats MPI's own
+# allgather up to here (the whole output; 2 ranks, against MPI's blocking call: 16 KiB
+# 0.82-0.88x, 64 KiB 0.83-0.87x, 256 KiB 0.95-0.96x, against 0.62-0.68x, 0.66-0.68x and
+# 0.84-0.85x through MPI's own nonblocking one; 4 ranks 0.85x / 1.07x / 1.20x against
+# 0.56x / 0.66x / 0.63x); at 1 MiB they tie at 2 ranks (0.79-0.80x against 0.81-0.85x)
+_GATHER_C_BYTES = 512 << 10
 
 
 # What a candidate needs to run at all, whatever the size: the rows' predicates add the
