@@ -196,8 +196,9 @@ SETTINGS: tuple[Setting, ...] = (
             "to this size (the whole result) on host arrays, with an MPI dtype and op, run as "
             "the MPI library's own nonblocking collective (lowest "
             "latency; 2 ranks: 2-4x faster than hpccoll's own point-to-point algorithms from "
-            "4 to 60 KiB); broadcasts, alltoalls and allgathers do at every size (allgathers on "
-            "registered buffers up to 2 MiB). A calibration (see calibration) replaces these "
+            "4 to 60 KiB); broadcasts and alltoalls do at every size, allgathers outside "
+            "shm_c_bytes to 512 KiB where shared memory runs in C (on registered buffers up "
+            "to 2 MiB). A calibration (see calibration) replaces these "
             "sizes with measured ones; 0 disables MPI's own collectives altogether.",
             minimum=0, parse=_parse_size),
     Setting("calibration", str, "auto",
