@@ -213,9 +213,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Let ranks of a communicator that share a node exchange through node-shared memory "
             "(one file in /dev/shm per communicator and node) for allreduce, reduce_scatter "
             "and allgather."),
-    Setting("shm_slot_bytes", int, 4 << 20,
+    Setting("shm_slot_bytes", int, 512 << 10,
             "Size of each staging slot in a rank's shared segment; a message moves one slot per "
-            "step (every step is a point where the collective can be suspended).",
+            "step (every step is a point where the collective can be suspended).  Chunks "
+            "this size stay in the cores' caches between the copy in, the reduction and the "
+            "copy out (2 ranks, 16 MiB allreduce on ordinary buffers: 3.3-3.5 ms against "
+            "3.8-4.0 with 4 MiB slots; registered buffers and 1 MiB alike).",
             minimum=4096, parse=_parse_size),
     Setting("shm_slots", int, 2,
             "Staging slots per rank and communicator (memory: shm_slots x shm_slot_bytes per "
