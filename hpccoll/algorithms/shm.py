@@ -199,6 +199,29 @@ def allgather(spec: Spec):
         yield WaitFlags(CONSUMED, last, peers)
 
 
+def alltoall(spec: Spec):
+    """Input n blocks of m; block q goes to rank q.  Per chunk, every rank stages the
+    block-chunks its peers take (a slot holds n of them: slot position q for rank q) and
+    copies its own straight across; each then copies its block-chunk out of every peer's
+    slot.  Always staged (a rank's input may be its output, in place), so each block is
+    copied twice, as MPI's own does through its cells; what is left out is MPI's
+    per-message protocol."""
+    r, n, m = spec.rank, spec.size, spec.count
+    peers = _others(spec)
+    for c, (lo, length) in enumerate(chunk_ranges(m, max(1, spec.chunk // n))):
+        e = c + 1
+        yield from _stage(spec, e, peers)
+        for q in peers:
+            yield Copy(Region((SLOT, r, e), q * length, length), Region(SEND, q * m + lo, length))
+        yield Signal(READY, e)
+        if not spec.inplace:
+            yield Copy(Region(RECV, r * m + lo, length), Region(SEND, r * m + lo, length))
+        yield WaitFlags(READY, e, peers)
+        for q in peers:
+            yield Copy(Region(RECV, q * m + lo, length), Region((SLOT, q, e), r * length, length))
+        yield Signal(CONSUMED, e)
+
+
 def _embed(steps, ranks: tuple, target: Region):
     """A sub-collective's program run on ``target`` among ``ranks``: its RECV becomes the
     target region, its peers (0..len(ranks)-1) become communicator ranks."""

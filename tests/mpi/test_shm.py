@@ -330,6 +330,43 @@ def test_shared_memory_in_c_from_small_sizes_agreed_by_every_rank(mpi_world, off
 
 
 @pytest.mark.mpi(min_size=2)
+def test_alltoall_through_shared_memory_where_it_runs_in_c(mpi_world):
+    """Small alltoalls (above shm_c_bytes, up to 64 KiB) take shared memory where every
+    rank runs programs in C, MPI's own elsewhere and above: every form (in place, a
+    returned array) and a few dtypes, exact against MPI's own, with more chunks than
+    slots (small slots) on two communicators in opposite orders."""
+    r = mpi_world.rank
+    with hpccoll.init(trace=True, timeout=60, shm_slot_bytes=8 << 10) as ctx:
+        n = ctx.size
+        in_c = ctx.c_programs
+        comms = [ctx.world.dup(name=f"a2a{i}") for i in range(2)]
+        order = (0, 1) if r % 2 == 0 else (1, 0)
+        algos(ctx)          # (what dup ran)
+        for total, dt in [(16 << 10, np.float32), (64 << 10, np.int64), (40 << 10, np.int16),
+                          (256 << 10, np.int32)]:
+            m = total // np.dtype(dt).itemsize // n
+            for it in range(6):
+                xs = [ints(n * m, r, 7 * it + c, dt) for c in range(2)]
+                wants = []
+                for c in range(2):
+                    want = np.empty_like(xs[c])
+                    mpi_world.Alltoall(xs[c], want)
+                    wants.append(want)
+                ins = [x.copy() for x in xs]
+                works = {}
+                for c in order:
+                    works[c] = (comms[c].alltoall(ins[c], ins[c]) if it % 2
+                                else comms[c].alltoall(xs[c]))
+                for c in reversed(order):
+                    np.testing.assert_array_equal(works[c].wait(), wants[c],
+                                                  err_msg=f"{total} {dt} it {it}")
+            shm_here = in_c and total <= (64 << 10)
+            assert algos(ctx) == {("alltoall", "shm" if shm_here else "mpi")}, (total, in_c)
+        for c in comms:
+            c.free()
+
+
+@pytest.mark.mpi(min_size=2)
 def test_many_sizes_on_two_communicators_in_divergent_orders_exact(mpi_world):
     """Real concurrency for the shared-memory programs (in C where built): allreduces and
     reduce_scatters of random sizes from 9 KiB to 600 KiB on two communicators, issued in

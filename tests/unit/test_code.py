@@ -195,6 +195,13 @@ def test_reduce_broadcast_allgather_reduce_scatter(n, executor):
         for r in range(n):
             np.testing.assert_array_equal(mine[r][RECV], total[r * count:(r + 1) * count])
 
+    specs = lambda: [Spec("alltoall", r, n, count, chunk=chunk) for r in range(n)]
+    bufs = lambda: [[x.copy(), np.full(n * count, 99, np.int64), None] for x in xs]
+    mine, _ = both(shm.alltoall, specs, bufs, None, np.int64, 5, executor)
+    for r in range(n):
+        np.testing.assert_array_equal(
+            mine[r][RECV], np.concatenate([x[r * count:(r + 1) * count] for x in xs]))
+
 
 def test_programs_with_mpi_transfers_are_interpreted():
     """A hierarchical program posts MPI transfers between nodes: build() leaves it to the

@@ -152,6 +152,30 @@ def test_allgather(n, registered, inplace):
                                           np.empty(0, np.int64))
 
 
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_alltoall(n, inplace):
+    """Block q of rank r's input ends as block r of rank q's output, however the ranks
+    interleave, with more chunks than slots; in place, the input is the output."""
+    for m, chunk, slots in [(0, 8, 2), (1, 8, 2), (7, 8, 2), (13, 3 * n, 1), (30, 4 * n, 2)]:
+        xs = data(n, n * m, seed=m + n)
+        progs = programs(shm.alltoall, "alltoall", n, m, chunk, slots=slots, inplace=inplace)
+        bufs = []
+        for x in xs:
+            if inplace:
+                b = x.copy()
+                bufs.append([b, b, None])
+            else:
+                bufs.append([x.copy(), np.full(n * m, 99, np.int64), None])
+        stepsim.run(progs, bufs, seed=m, slots=slot_arrays(n, slots, chunk, np.int64))
+        for r in range(n):
+            want = np.concatenate([xs[q][r * m:(r + 1) * m] for q in range(n)]) if m else \
+                np.empty(0, np.int64)
+            np.testing.assert_array_equal(bufs[r][RECV], want, err_msg=f"rank {r} m {m}")
+            if not inplace:
+                np.testing.assert_array_equal(bufs[r][SEND], xs[r])   # input untouched
+
+
 def test_slots_are_reused_only_after_every_peer_consumed():
     """More chunks than slots: each reuse waits for CONSUMED of the epoch it replaces."""
     prog = list(shm.allreduce(Spec("allreduce", 0, 3, 100, chunk=10, slots=2)))
