@@ -331,7 +331,7 @@ def test_shared_memory_in_c_from_small_sizes_agreed_by_every_rank(mpi_world, off
 
 @pytest.mark.mpi(min_size=2)
 def test_alltoall_through_shared_memory_where_it_runs_in_c(mpi_world):
-    """Small alltoalls (above shm_c_bytes, up to 64 KiB) take shared memory where every
+    """Small alltoalls (up to 64 KiB) take shared memory where every
     rank runs programs in C, MPI's own elsewhere and above: every form (in place, a
     returned array) and a few dtypes, exact against MPI's own, with more chunks than
     slots (small slots) on two communicators in opposite orders."""
@@ -343,7 +343,7 @@ def test_alltoall_through_shared_memory_where_it_runs_in_c(mpi_world):
         order = (0, 1) if r % 2 == 0 else (1, 0)
         algos(ctx)          # (what dup ran)
         for total, dt in [(16 << 10, np.float32), (64 << 10, np.int64), (40 << 10, np.int16),
-                          (256 << 10, np.int32)]:
+                          (96, np.int32), (256 << 10, np.int32)]:
             m = total // np.dtype(dt).itemsize // n
             for it in range(6):
                 xs = [ints(n * m, r, 7 * it + c, dt) for c in range(2)]
