@@ -465,12 +465,74 @@ static int record(PyObject *ledger, PyObject *scx, long long seq, PyObject *pcx,
     return 0;
 }
 
+/* 1 if the collective with sequence number seq carries the digest check (every
+ * ledger.every-th: the Python path takes it), 0 if not */
+static int digest_due(PyObject *scx, long long seq) {
+    if (AT(scx, SX_LEDGER) == Py_None)
+        return 0;
+    long long every = PyLong_AsLongLong(AT(scx, SX_EVERY));
+    return seq % every == every - 1;
+}
+
+/* the collective takes sequence number seq: the state's next one moves on and the ledger
+ * records it (Ledger.record); seq as a Python int (a new reference), or NULL */
+static PyObject *take_seq(PyObject *st, PyObject *scx, PyObject *pcx, long long seq) {
+    PyObject *seqo = PyLong_FromLongLong(seq + 1), *ledger = AT(scx, SX_LEDGER);
+    if (seqo == NULL || SET(st, seq, seqo) < 0) {
+        Py_XDECREF(seqo);
+        return NULL;
+    }
+    Py_SETREF(seqo, PyLong_FromLongLong(seq));
+    if (seqo != NULL && ledger != Py_None && record(ledger, scx, seq, pcx, seqo) < 0)
+        Py_CLEAR(seqo);
+    return seqo;
+}
+
+/* release lock, keeping whatever exception is raised meanwhile; -1 if releasing failed */
+static int release_keeping_error(PyObject *lock) {
+    PyObject *et = take_exception();
+    int rc = call_lock(lock, S_release);
+    if (et != NULL)
+        restore_exception(et);
+    return rc;
+}
+
+/* the communicator's lock let go, CommState._express_failed(task, exc[, True]): the
+ * engine adopts a task whose start (or, ``program``, its program's first run) raised exc */
+static int hand_failure(PyObject *st, PyObject *lock, PyObject *task, PyObject *exc,
+                        int program) {
+    if (call_lock(lock, S_release) < 0)
+        return -1;
+    /* (NULL ends the arguments: without ``program`` the call takes two) */
+    PyObject *res = PyObject_CallMethodObjArgs(st, S__express_failed, task, exc,
+                                               program ? Py_True : NULL, NULL);
+    if (res == NULL)
+        return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
 /* an instance with no __init__ run: the fields are set by the caller (object's own
  * tp_new, which also prepares the instance's dict) */
 static PyObject *EMPTY;
 static PyObject *new_instance(PyObject *type) {
     PyTypeObject *t = (PyTypeObject *)type;
     return t->tp_new(t, EMPTY, NULL);
+}
+
+/* a started task of st (Task.__init__ and Task.start's fields; the others are the
+ * class's defaults), the state's last task cleared (it started); NULL on error */
+static PyObject *make_task(PyObject *engine, PyObject *st, PyObject *plan, PyObject *seqo,
+                           PyObject *lane, PyObject *result, PyObject *now) {
+    PyObject *task = new_instance(Task);
+    if (task != NULL &&
+        (SET(task, _engine, engine) < 0 || SET(task, comm, st) < 0 ||
+         SET(task, plan, plan) < 0 || SET(task, seq, seqo) < 0 || SET(task, lane, lane) < 0 ||
+         SET(task, result, result) < 0 || SET(task, t_issue, now) < 0 ||
+         SET(task, last_progress, now) < 0 || SET(task, t_start, now) < 0 ||
+         SET(task, state, RUNNING) < 0 || SET(st, last, Py_None) < 0))
+        Py_CLEAR(task);
+    return task;
 }
 
 /* MPI's nonblocking collective of recipe r on send/recv (lane.post, not in place, no avg) */
@@ -582,7 +644,7 @@ static PyObject *issue_program(PyObject *st, PyObject *call, PyObject *plan, PyO
              *area = NULL, *send = NULL, *recv = NULL, *result = NULL, *lane = NULL,
              *task = NULL, *now = NULL, *seqo = NULL, *baseo = NULL, *exc = NULL, *v = NULL,
              *out = Py_None;
-    PyObject *engine, *ledger, *lock, *shm;
+    PyObject *engine, *lock, *shm;
     int locked = 0, r;
     Py_INCREF(out);
     if ((r = registered_may_matter(st, pcx)) != 0)
@@ -607,7 +669,6 @@ static PyObject *issue_program(PyObject *st, PyObject *call, PyObject *plan, PyO
         goto fail_or_out;
     Py_INCREF(area);
     engine = AT(scx, SX_ENGINE);
-    ledger = AT(scx, SX_LEDGER);
     lock = AT(scx, SX_LOCK);
     /* the engine has nothing of its own to do (a program it runs may share the slots) */
     if ((r = is_true(engine, S__live)) != 0)
@@ -627,11 +688,8 @@ static PyObject *issue_program(PyObject *st, PyObject *call, PyObject *plan, PyO
     long long seq = as_ll(st, S_seq);
     if (seq < 0 && PyErr_Occurred())
         goto fail;
-    if (ledger != Py_None) {
-        long long every = PyLong_AsLongLong(AT(scx, SX_EVERY));
-        if (seq % every == every - 1)   /* the digest check rides along */
-            goto out;
-    }
+    if (digest_due(scx, seq))
+        goto out;
     if ((r = prev_started(st)) <= 0)
         goto check;
     long long held = as_ll(gate, S_held), cap = as_ll(gate, S_capacity);
@@ -644,10 +702,8 @@ static PyObject *issue_program(PyObject *st, PyObject *call, PyObject *plan, PyO
         goto out;
 
     /* -- committed: this collective, as CommState.issue and Plan.lane make it -- */
-    if ((seqo = PyLong_FromLongLong(seq + 1)) == NULL || SET(st, seq, seqo) < 0)
-        goto fail;
-    Py_SETREF(seqo, PyLong_FromLongLong(seq));
-    if (seqo == NULL || (baseo = PyLong_FromLongLong(base)) == NULL)
+    if ((seqo = take_seq(st, scx, pcx, seq)) == NULL ||
+        (baseo = PyLong_FromLongLong(base)) == NULL)
         goto fail;
     {   /* the next collective starts on a multiple of the slot count (Plan.lane) */
         long long next = (base + epochs + slots - 1) / slots * slots;
@@ -658,8 +714,6 @@ static PyObject *issue_program(PyObject *st, PyObject *call, PyObject *plan, PyO
         }
         Py_DECREF(e);
     }
-    if (ledger != Py_None && record(ledger, scx, seq, pcx, seqo) < 0)
-        goto fail;
     {
         PyObject *bufs = PyList_New(3), *bytes = PyList_New(3), *inflight = PyDict_New(),
                  *tag = PyLong_FromLongLong((seq % tags) * 2), *zero = PyLong_FromLong(0);
@@ -690,14 +744,8 @@ static PyObject *issue_program(PyObject *st, PyObject *call, PyObject *plan, PyO
         if (!ok)
             goto fail;
     }
-    if ((now = monotonic()) == NULL || (task = new_instance(Task)) == NULL)
-        goto fail;
-    if (SET(task, _engine, engine) < 0 || SET(task, comm, st) < 0 || SET(task, plan, plan) < 0 ||
-        SET(task, seq, seqo) < 0 || SET(task, lane, lane) < 0 ||
-        SET(task, result, result) < 0 ||
-        SET(task, t_issue, now) < 0 || SET(task, last_progress, now) < 0 ||
-        SET(task, t_start, now) < 0 || SET(task, state, RUNNING) < 0 ||
-        SET(st, last, Py_None) < 0)
+    if ((now = monotonic()) == NULL ||
+        (task = make_task(engine, st, plan, seqo, lane, result, now)) == NULL)
         goto fail;
     Py_CLEAR(v);
     if ((v = PyLong_FromLongLong(held + 1)) == NULL || SET(gate, held, v) < 0)
@@ -730,15 +778,8 @@ program_error:
     if (SET(task, posted, Py_True) < 0)
         goto fail;
     locked = 0;
-    if (call_lock(lock, S_release) < 0)
+    if (hand_failure(st, lock, task, exc, 1) < 0)
         goto fail;
-    {
-        PyObject *res = PyObject_CallMethodObjArgs(st, S__express_failed, task, exc, Py_True,
-                                                   NULL);
-        if (res == NULL)
-            goto fail;
-        Py_DECREF(res);
-    }
     goto out;
 check:
     if (r < 0)
@@ -751,13 +792,8 @@ fail_or_out:
 fail:
     Py_CLEAR(out);
 out:
-    if (locked) {
-        PyObject *et = take_exception();
-        if (call_lock(lock, S_release) < 0 && out != NULL)
-            Py_CLEAR(out);
-        if (et != NULL)
-            restore_exception(et);
-    }
+    if (locked && release_keeping_error(lock) < 0)
+        Py_CLEAR(out);
     Py_XDECREF(scx);
     Py_XDECREF(rt);
     Py_XDECREF(native);
@@ -789,7 +825,7 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
              *result = NULL, *pset = NULL, *slot = NULL, *req = NULL, *dst = NULL,
              *lane = NULL, *task = NULL, *now = NULL, *seqo = NULL, *out = Py_None,
              *exc = NULL;
-    PyObject *recipe, *persist, *engine, *ledger, *lock;      /* borrowed from pcx, scx */
+    PyObject *recipe, *persist, *engine, *lock;      /* borrowed from pcx, scx */
     Py_buffer bd, bs;
     int locked = 0, r, held = 0, kind;
     long long seq = 0, uses = 0;
@@ -849,7 +885,6 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     persist = AT(pcx, PX_PERSIST);
     kind = (int)PyLong_AsLong(AT(pcx, PX_KIND));
     engine = AT(scx, SX_ENGINE);
-    ledger = AT(scx, SX_LEDGER);
     lock = AT(scx, SX_LOCK);
     if ((recv = GET(call, recv)) == NULL || (result = GET(call, result)) == NULL)
         goto fail;
@@ -859,11 +894,8 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     locked = 1;
     if ((seq = as_ll(st, S_seq)) < 0 && PyErr_Occurred())
         goto fail;
-    if (ledger != Py_None) {
-        long long every = PyLong_AsLongLong(AT(scx, SX_EVERY));
-        if (seq % every == every - 1)   /* the digest check rides along */
-            goto out;
-    }
+    if (digest_due(scx, seq))
+        goto out;
     if ((r = prev_started(st)) <= 0)
         goto check;
     if (persist != Py_None) {
@@ -930,10 +962,7 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     }
     if (rq == NULL && exc == NULL)
         goto fail;
-    if ((seqo = PyLong_FromLongLong(seq + 1)) == NULL || SET(st, seq, seqo) < 0)
-        goto fail_rq;
-    Py_SETREF(seqo, PyLong_FromLongLong(seq));
-    if (seqo == NULL)
+    if ((seqo = take_seq(st, scx, pcx, seq)) == NULL)
         goto fail_rq;
     if (pset != NULL) {
         PyObject *u = PyLong_FromLongLong(uses + 1);
@@ -943,22 +972,14 @@ static PyObject *issue(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         }
         Py_DECREF(u);
     }
-    if (ledger != Py_None && record(ledger, scx, seq, pcx, seqo) < 0)
-        goto fail_rq;
     if ((lane = new_instance(MpiLane)) == NULL || SET(lane, recipe, recipe) < 0 ||
         SET(lane, send, send) < 0 || SET(lane, recv, recv) < 0 ||
         SET(lane, slot, slot ? slot : Py_None) < 0 ||
         SET(lane, req, rq ? rq : Py_None) < 0 || SET(lane, done, Py_False) < 0)
         goto fail_rq;
     Py_CLEAR(rq);
-    if ((now = monotonic()) == NULL || (task = new_instance(Task)) == NULL)
-        goto fail;
-    if (SET(task, _engine, engine) < 0 || SET(task, comm, st) < 0 || SET(task, plan, plan) < 0 ||
-        SET(task, seq, seqo) < 0 || SET(task, lane, lane) < 0 ||
-        SET(task, result, result) < 0 ||
-        SET(task, t_issue, now) < 0 || SET(task, last_progress, now) < 0 ||
-        SET(task, t_start, now) < 0 || SET(task, state, RUNNING) < 0 ||
-        SET(st, last, Py_None) < 0)
+    if ((now = monotonic()) == NULL ||
+        (task = make_task(engine, st, plan, seqo, lane, result, now)) == NULL)
         goto fail;
     Py_CLEAR(out);
     out = Py_NewRef(task);
@@ -977,14 +998,8 @@ mpi_error:
     /* CommState.issue's "MPI's error at post time": after the lock, the engine adopts it */
     failed_starts++;
     locked = 0;
-    if (call_lock(lock, S_release) < 0)
+    if (hand_failure(st, lock, task, exc, 0) < 0)
         goto fail;
-    {
-        PyObject *res = PyObject_CallMethodObjArgs(st, S__express_failed, task, exc, NULL);
-        if (res == NULL)
-            goto fail;
-        Py_DECREF(res);
-    }
     goto out;
 check:
     /* r: 1 stops the route, -1 is an error */
@@ -1005,13 +1020,8 @@ out:
         PyBuffer_Release(&bs);
     if (held >= 1)
         PyBuffer_Release(&bd);
-    if (locked) {
-        PyObject *et = take_exception();
-        if (call_lock(lock, S_release) < 0 && out != NULL)
-            Py_CLEAR(out);
-        if (et != NULL)
-            restore_exception(et);
-    }
+    if (locked && release_keeping_error(lock) < 0)
+        Py_CLEAR(out);
     Py_XDECREF(plan);
     Py_XDECREF(pcx);
     Py_XDECREF(scx);
@@ -1282,7 +1292,7 @@ static PyObject *wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     }
     PyObject *task = args[0], *timeout = args[1];
     PyObject *engine = NULL, *ecx = NULL, *xlock = NULL, *v = NULL, *lane = NULL,
-             *req = NULL, *exc = NULL;
+             *req = NULL;
     int locked = 0, done = 0, failed = 0, r;
     if (Task == NULL)
         Py_RETURN_FALSE;
@@ -1364,19 +1374,13 @@ fail_or_out:
 fail:
     failed = 1;
 out:
-    if (locked) {
-        PyObject *et = take_exception();
-        if (call_lock(xlock, S_release) < 0)
-            failed = 1;
-        if (et != NULL)
-            restore_exception(et);
-    }
+    if (locked && release_keeping_error(xlock) < 0)
+        failed = 1;
     Py_XDECREF(engine);
     Py_XDECREF(ecx);
     Py_XDECREF(v);
     Py_XDECREF(lane);
     Py_XDECREF(req);
-    Py_XDECREF(exc);
     if (failed)
         return NULL;
     return PyBool_FromLong(done);

@@ -38,6 +38,12 @@ def program_counts():
     return _state._express.program_counts()
 
 
+def _programs_run_in_c(ctx) -> bool:
+    """Whether this context's shared-memory programs can take the C route: every rank
+    on one node runs them in C (agreed at init; the CI builds it)."""
+    return ctx.c_programs and _state._express is not None
+
+
 @pytest.fixture(scope="module")
 def contexts():
     """Two contexts alike but for calls_in_c (the default policy: the C path is its)."""
@@ -260,41 +266,40 @@ def test_an_mpi_error_at_start_fails_the_collective(mpi_world, persistent):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_ranks_with_and_without_it_work_together(mpi_world):
+@pytest.mark.parametrize("count,iters,route", [(6, 200, "mpi"), (8192, 100, "programs")])
+def test_ranks_with_and_without_it_work_together(mpi_world, count, iters, route):
     """The C path makes the same MPI calls as the Python one (the same persistent request,
-    the same order), so no agreement is needed: ranks that have it off (as a rank whose
-    install could not build it) run beside ranks that have it on, exact, with the
-    mismatch check's digests agreeing (every 64th call compares them)."""
+    the same order), and runs the same shared-memory programs on the same epochs, so no
+    agreement is needed: ranks that have it off (as a rank whose install could not build
+    it) run beside ranks that have it on, exact, on two communicators in opposite orders,
+    with the mismatch check's digests agreeing (every 64th call compares them).  8 B:
+    collectives MPI runs; 64 KiB: shared-memory programs."""
     need_express()
     n, r = mpi_world.size, mpi_world.rank
+    taken = counts if route == "mpi" else program_counts
     with hpccoll.init(timeout=60, calls_in_c=r % 2 == 0) as ctx:
         comms = [ctx.world.dup(name=f"mix{c}") for c in range(2)]
         order = (0, 1) if r % 2 == 0 else (1, 0)
-        x = [np.empty(6, np.int64) for _ in range(2)]
-        y = [np.empty(6, np.int64) for _ in range(2)]
-        before = counts()[0]
-        for it in range(200):       # crosses the digest check three times
+        x = [np.empty(count, np.int64) for _ in range(2)]
+        y = [np.empty(count, np.int64) for _ in range(2)]
+        before = taken()[0]
+        for it in range(iters):      # crosses the digest check
             for c in range(2):
-                x[c][:] = np.arange(6) + r * 10 + it + c
+                x[c][:] = np.arange(count) + r * 10 + it + c
             works = [comms[c].allreduce(x[c], y[c]) for c in order]
             for w in works:
                 w.wait()
             for c in range(2):
-                want = np.arange(6) * n + 10 * n * (n - 1) // 2 + n * (it + c)
+                want = np.arange(count) * n + 10 * n * (n - 1) // 2 + n * (it + c)
                 np.testing.assert_array_equal(y[c], want)
-        took = counts()[0] - before
-        assert (took > 0) == (r % 2 == 0), took
+        took = taken()[0] - before
+        in_c = r % 2 == 0 and (route == "mpi" or _programs_run_in_c(ctx))
+        assert (took > 0) == in_c, took
         for c in comms:
             c.free()
 
 
 REDUCTIONS = ("allreduce", "reduce", "reduce_scatter")
-
-
-def _programs_run_in_c(ctx) -> bool:
-    """Whether this context's shared-memory programs can take the C route: every rank
-    on one node runs them in C (agreed at init; the CI builds it)."""
-    return ctx.c_programs and _state._express is not None
 
 
 @pytest.mark.mpi(min_size=2)
@@ -418,30 +423,3 @@ def test_an_error_in_a_programs_first_run_fails_it(mpi_world):
                                           _state.plans._NO_SCRATCH, code._native.run)
         assert program_counts()[0] == before
         mpi_world.Barrier()
-
-
-@pytest.mark.mpi(min_size=2)
-def test_programs_with_and_without_it(mpi_world):
-    """Ranks with the C route off beside ranks with it on run the same programs on the
-    same epochs: exact, on two communicators in opposite orders."""
-    need_express()
-    n, r = mpi_world.size, mpi_world.rank
-    with hpccoll.init(timeout=60, calls_in_c=r % 2 == 0) as ctx:
-        comms = [ctx.world.dup(name=f"pmix{c}") for c in range(2)]
-        order = (0, 1) if r % 2 == 0 else (1, 0)
-        x = [np.empty(8192, np.int64) for _ in range(2)]
-        y = [np.empty(8192, np.int64) for _ in range(2)]
-        before = program_counts()[0]
-        for it in range(100):      # crosses the digest check
-            for c in range(2):
-                x[c][:] = np.arange(8192) + r * 10 + it + c
-            works = [comms[c].allreduce(x[c], y[c]) for c in order]
-            for w in works:
-                w.wait()
-            for c in range(2):
-                want = np.arange(8192) * n + 10 * n * (n - 1) // 2 + n * (it + c)
-                np.testing.assert_array_equal(y[c], want)
-        took = program_counts()[0] - before
-        assert (took > 0) == (r % 2 == 0 and _programs_run_in_c(ctx)), took
-        for c in comms:
-            c.free()
