@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hpccoll  # noqa: E402
+from bench_divergent import Workload  # noqa: E402  (the mixed workload's buffers and comms)
 from hpccoll.timing import parse_bytes  # noqa: E402
 
 
@@ -34,14 +36,9 @@ def main() -> int:
     r, n = world.rank, world.size
     ctx = hpccoll.init(timeout=120)
     nbytes = parse_bytes(args.size)
-    count = -(-max(1, nbytes // 4) // n) * n
-    send = [(np.arange(count) % 13 + r + c).astype(np.float32) for c in range(2)]
-    out = [np.empty(count, np.float32) for _ in range(2)]
-    ref = [np.empty(count, np.float32) for _ in range(2)]
-    comms = [ctx.world.dup(name=f"floor{c}") for c in range(2)]
-    mpis = [world.Dup() for _ in range(2)]
-    kinds = ["alltoall", "allreduce"]
-    opposite = [0, 1] if r % 2 == 0 else [1, 0]
+    wl = Workload("mixed", {"preemptive": ctx}, world, nbytes)
+    comms, out, send = wl.comms["preemptive"], wl.out["preemptive"], wl.send
+    mpis, ref, kinds, opposite = wl.mpi, wl.ref, wl.kinds, wl.order
 
     def ours(order, one_by_one=False):
         works = []
@@ -101,10 +98,7 @@ def main() -> int:
         pair = float(np.median(times[("pair, opposite orders", "mpi")]))
         print(f"bound on the pair's ratio if hpccoll's pair costs the sum of its pieces: "
               f"{pair / parts:.2f}" + ("" if good else "  (results WRONG)"))
-    for c in comms:
-        c.free()
-    for c in mpis:
-        c.Free()
+    wl.free()
     ctx.close()
     return 0 if good else 1
 
