@@ -260,3 +260,42 @@ def test_the_c_executor_refuses_buffers_smaller_than_its_program():
         code._native.run(rows, len(program.steps) + 1, 0, ok, ok.copy(), np.empty(0, np.uint8))
     with pytest.raises(ValueError, match="not an encoded program"):
         code._native.run(np.zeros((2, code._native.NROW), np.int64), 0, 0, ok, ok, ok)
+
+
+@pytest.mark.parametrize("nbytes", [1, 31, 127, 128, 129, 2111, 2112, 4133, 262147,
+                                    (1 << 20) + 129])
+def test_the_c_executor_copies_and_reduces_long_unaligned_runs_exactly(nbytes):
+    """The C executor's own copy loop (128 bytes a step, a tail after) and its vectorized
+    reductions, on lengths around every boundary and at unaligned offsets, against
+    NumPy: the programs above move a few hundred bytes, a real chunk 512 KiB."""
+    need_native()
+    copy_op, reduce_op = 2, 3         # _native.c's OP_COPY, OP_REDUCE
+    send_kind, recv_kind = 0, 1
+    nrow = code._native.NROW
+    rng = np.random.default_rng(nbytes)
+    room = nbytes + 64
+    for dst_off, src_off in ((0, 0), (1, 3), (61, 7)):
+        send = rng.integers(0, 256, room, dtype=np.uint8)
+        recv = np.zeros(room, np.uint8)
+        rows = np.zeros((2, nrow), np.int64)
+        rows[0, :4] = code._native.MAGIC, room, room, 0
+        rows[1, :6] = copy_op, recv_kind, dst_off, send_kind, src_off, nbytes
+        assert code._native.run(rows, 0, 0, send, recv, None)[0] == 1
+        want = np.zeros(room, np.uint8)
+        want[dst_off:dst_off + nbytes] = send[src_off:src_off + nbytes]
+        assert recv.tobytes() == want.tobytes(), (dst_off, src_off)
+    fn = code.NATIVE_DTYPES.index(np.dtype(np.float32)) * len(code.NATIVE_OPS)  # float32 sum
+    count = max(1, nbytes // 4)
+    xs = [(rng.standard_normal(count) * 1e3).astype(np.float32) for _ in range(3)]
+    send = np.concatenate(xs[1:]).view(np.uint8).copy()
+    recv = np.zeros(count * 4 + 8, np.uint8)
+    recv[4:4 + count * 4] = xs[0].view(np.uint8)
+    rows = np.zeros((2, nrow), np.int64)
+    rows[0, :4] = code._native.MAGIC, send.nbytes, recv.nbytes, 0
+    # recv[4:] = recv[4:] + send[:count] + send[count:], unaligned, the destination its
+    # first source (as a rank's own part is reduced in place, three ranks)
+    rows[1, :12] = (reduce_op, recv_kind, 4, count, fn, 3, recv_kind, 4, send_kind, 0,
+                    send_kind, count * 4)
+    code._native.run(rows, 0, 0, send, recv, None)
+    want = (xs[0] + xs[1]) + xs[2]
+    assert recv[4:4 + count * 4].tobytes() == want.tobytes()
