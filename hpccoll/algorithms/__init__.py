@@ -40,7 +40,7 @@ class Choice(NamedTuple):
 # the collectives whose shared-memory programs shm_c_bytes brings below shm_min_bytes
 # (where it was measured; core/plan.py sets Choice.shm_c_bytes for them)
 C_SHM_COLLECTIVES = frozenset({"allreduce", "reduce", "reduce_scatter", "allgather",
-                               "alltoall"})
+                               "alltoall", "broadcast"})
 
 
 def _c_shm(c: Choice) -> bool:
@@ -68,10 +68,9 @@ def _shm(c: Choice) -> bool:
 
 def _shm_staged(c: Choice) -> bool:
     """reduce, broadcast: shared memory once a message pays for its flag rounds,
-    registered or not (they stage either way).  Broadcast takes it only where MPI's own
-    cannot run (float16) or a calibration picks it: MPICH's own is faster at 2 ranks at
-    every size (1 MiB 93 against 157 us), shared memory at 4 ranks from 4 MiB (4 MiB 733
-    against 1,609 us, 16 MiB 3,270 against 6,239; 4 ranks on 2 cores).  Reduce, against
+    registered or not (they stage either way).  Broadcast takes it where MPI's own
+    cannot run (float16), where ``_bcast`` leaves it, or where a calibration picks it.
+    Reduce, against
     the ring over point-to-point (``hpccoll-tune calibrate``, 2 ranks): 256 KiB 68
     against 87 us, 1 MiB 254 against 316, 4 MiB 772 against 1,012, 16 MiB 3.3 against
     4.2 ms; 4 ranks alike."""
@@ -83,14 +82,29 @@ def _tiny(c: Choice) -> bool:
 
 
 def _native(c: Choice) -> bool:
-    """A broadcast or alltoall MPI can run: its own beats hpccoll's at every size on one
-    node.  Broadcast, against the chain (2 ranks: 1 MiB 0.89x, 16 MiB 0.84-0.91x the
+    """A broadcast, allgather or alltoall MPI can run: its own beats hpccoll's
+    point-to-point algorithms at every size on one node (shared memory run in C takes
+    some sizes back: ``_bcast``, ``_gather``, ``_c_exchange``).  Broadcast, against the chain (2 ranks: 1 MiB 0.89x, 16 MiB 0.84-0.91x the
     blocking MPI_Bcast, against 0.66x and 0.52-0.61x; scripts/bench_adapter.py).
     Alltoall, against the pairwise exchange over point-to-point (1 MiB: 72 against 189 us
     at 2 ranks, 246 against 666 us at 4; 16 MiB: 1,496 against 2,454 us at 2 ranks, 7,146
     against 7,430 at 4): both copy each block through shared memory once, so there is
     nothing for hpccoll to win."""
     return c.native and c.mpi_coll_bytes > 0
+
+
+def _bcast(c: Choice) -> bool:
+    """broadcast: MPI's own, but shared memory run in C (the root copies each chunk into
+    its slot once, every other rank copies it out) from above shm_c_bytes to 2 MiB, where
+    its copies beat MPI's (2 ranks, against MPI's blocking MPI_Bcast, root 0: 8-32 KiB
+    0.73-0.77x against 0.51-0.57x through MPI's own nonblocking call, 64 KiB 0.95x against
+    0.75x, 256 KiB 0.92x against 0.50x, 1 MiB 1.29x against 1.22x, 2 MiB 1.18x against
+    1.00x; 4 ranks 16 KiB-1 MiB 1.08-2.63x against 0.57-1.10x); from 4 MiB at 2 ranks
+    MPI's own is ahead again (0.94-0.98x against 0.83-0.85x)."""
+    return _native(c) and not (_c_shm(c) and c.nbytes <= _BCAST_C_BYTES)
+
+
+_BCAST_C_BYTES = 2 << 20
 
 
 def _c_exchange(c: Choice) -> bool:
@@ -156,7 +170,7 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
                   ("ring", _always, ring.allreduce)],
     "reduce": [("mpi", _tiny, MPI), ("shm", _shm_staged, shm.reduce),
                ("binomial", _small, tree.reduce), ("ring", _always, ring.reduce)],
-    "broadcast": [("mpi", _native, MPI), ("shm", _shm_staged, shm.broadcast),
+    "broadcast": [("mpi", _bcast, MPI), ("shm", _shm_staged, shm.broadcast),
                   ("binomial", _small, tree.broadcast), ("chain", _always, tree.broadcast_chain)],
     "allgather": [("mpi", _gather, MPI), ("shm", _shm, shm.allgather),
                   ("bruck", _small, doubling.allgather), ("ring", _always, ring.allgather)],

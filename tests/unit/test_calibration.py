@@ -104,9 +104,9 @@ def test_the_setting_off_auto_and_a_path(tmp_path, monkeypatch):
         load_setting(str(notcal), LIB)
 
 
-def _choice(nbytes, prefer, shm="flat", native=True, registered=False):
+def _choice(nbytes, prefer, shm="flat", native=True, registered=False, c_bytes=0):
     return algorithms.Choice(nbytes, 64 << 10, shm, 64 << 10, registered, 64 << 10, native,
-                             prefer)
+                             prefer, c_bytes)
 
 
 def test_the_algorithm_table_takes_a_pick_only_where_it_can_run():
@@ -137,8 +137,14 @@ def test_the_built_in_table_follows_the_measurements():
     assert algorithms.select("reduce", _choice(128 << 10, "", registered=True)) == "shm"
     assert algorithms.select("reduce", _choice(128 << 10, "", shm="")) == "ring"
     assert algorithms.select("reduce", _choice(8 << 10, "", registered=True)) == "mpi"
-    # broadcast: MPI's own wherever it runs; shared memory for what it cannot (float16)
+    # broadcast: MPI's own wherever it runs, except shared memory run in C from above
+    # shm_c_bytes to 2 MiB; shared memory for what MPI cannot run (float16)
     assert algorithms.select("broadcast", _choice(16 << 20, "")) == "mpi"
+    assert algorithms.select("broadcast", _choice(1 << 20, "")) == "mpi"   # (not in C)
+    for nbytes, algo in ((8 << 10, "mpi"), ((8 << 10) + 1, "shm"), (64 << 10, "shm"),
+                         (2 << 20, "shm"), ((2 << 20) + 1, "mpi"), (16 << 20, "mpi")):
+        assert algorithms.select("broadcast", _choice(nbytes, "", c_bytes=8 << 10)) == algo
+    assert algorithms.select("broadcast", _choice(64 << 10, "", shm="", c_bytes=8 << 10)) == "mpi"
     assert algorithms.select("broadcast", _choice(1 << 20, "", native=False)) == "shm"
     assert algorithms.select("broadcast", _choice(1 << 20, "", native=False, shm="")) == "chain"
     assert algorithms.select("broadcast", _choice(1 << 20, "shm")) == "shm"
