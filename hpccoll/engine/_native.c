@@ -114,6 +114,42 @@ static void copy_bytes(char *restrict d, const char *restrict s, size_t n) {
         memcpy(d + i, s + i, n - i);
 }
 
+/* Copies into the receive buffer of a collective whose result is at least stream_bytes
+ * (4 MiB: past what the caches keep of it anyway) use non-temporal stores: the result
+ * goes to memory without first reading each destination line in (16 MiB private to
+ * private on our EPYC VMs: 1.5-1.9 ms against 2.4-2.6 with the vector loop; at 1 MiB
+ * no gain).  Slots are never streamed: a peer reads them a moment later. */
+static int64_t stream_bytes = 4 << 20;
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#define CAN_STREAM 1
+static void stream_copy(char *restrict d, const char *restrict s, size_t n) {
+    size_t head = (size_t)(-(uintptr_t)d & 15);   /* streaming stores need 16-byte alignment */
+    if (head > n)
+        head = n;
+    memcpy(d, s, head);
+    d += head, s += head, n -= head;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), a);
+        _mm_stream_si128((__m128i *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(d + i + 48), e);
+    }
+    _mm_sfence();   /* (the next SIGNAL's fence orders them too; this keeps it local) */
+    if (i < n)
+        memcpy(d + i, s + i, n - i);
+}
+#else
+#define CAN_STREAM 0
+#define stream_copy copy_bytes
+#endif
+
 static inline char *at(char *const *bufs, int64_t kind, int64_t off) {
     return kind == 3 ? (char *)(intptr_t)off : bufs[kind] + off;
 }
@@ -153,6 +189,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
             goto fail;
         }
     }
+    /* (code[2]: the bytes of the receive buffer the program writes) */
+    const int stream = CAN_STREAM && stream_bytes >= 0 && code[2] >= stream_bytes;
     for (; pc < count; pc++) {
         const int64_t *ins = code + (pc + 1) * NROW;
         switch (ins[0]) {
@@ -170,7 +208,10 @@ static PyObject *run(PyObject *self, PyObject *args) {
             __atomic_store_n((int64_t *)(intptr_t)ins[2], base + ins[1], __ATOMIC_RELEASE);
             break;
         case OP_COPY:
-            copy_bytes(at(bufs, ins[1], ins[2]), at(bufs, ins[3], ins[4]), (size_t)ins[5]);
+            if (stream && ins[1] == 1)
+                stream_copy(at(bufs, 1, ins[2]), at(bufs, ins[3], ins[4]), (size_t)ins[5]);
+            else
+                copy_bytes(at(bufs, ins[1], ins[2]), at(bufs, ins[3], ins[4]), (size_t)ins[5]);
             break;
         case OP_REDUCE: {
             reduce_fn fn = ins[4] >= 0 && ins[4] < NFNS ? FNS[ins[4]] : NULL;
@@ -202,7 +243,21 @@ fail:
     return NULL;
 }
 
+/* set_stream_bytes(n) -> previous: the receive-buffer size from which copies into it
+ * stream (-1: never); for tests and measurements */
+static PyObject *set_stream_bytes(PyObject *self, PyObject *arg) {
+    long long v = PyLong_AsLongLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    long long old = stream_bytes;
+    stream_bytes = v;
+    return PyLong_FromLongLong(old);
+}
+
 static PyMethodDef methods[] = {
+    {"set_stream_bytes", set_stream_bytes, METH_O,
+     "set_stream_bytes(n) -> previous: copies into a receive buffer of n bytes or more use "
+     "non-temporal stores (-1: never)"},
     {"run", run, METH_VARARGS,
      "run(code, pc, base, send, recv, scratch) -> (pc, waits): execute an encoded "
      "shared-memory program from pc until a flag wait that does not hold, or the end"},

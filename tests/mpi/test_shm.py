@@ -391,6 +391,53 @@ def test_many_sizes_on_two_communicators_in_divergent_orders_exact(mpi_world):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_results_of_4_mib_and_up_streamed_past_the_caches_exact(mpi_world):
+    """From a 4 MiB result on, the C executor writes the receive buffer with streaming
+    stores (engine/_native.c): allreduce on ordinary and registered buffers, reduce, and
+    a registered allgather, on two communicators in opposite orders on alternate ranks,
+    unaligned counts, against MPI's own."""
+    r, n = mpi_world.rank, mpi_world.size
+    count = (4 << 20) // 4 + 1001
+    block = count // n + 3
+    with hpccoll.init(timeout=120) as ctx:
+        comms = [ctx.world.dup(name=f"s{i}") for i in range(2)]
+        order = (0, 1) if r % 2 == 0 else (1, 0)
+        reg_in, reg_out = ctx.empty(count, np.int32), ctx.empty(count, np.int32)
+        gat_in, gat_out = ctx.empty(block, np.int32), ctx.empty(n * block, np.int32)
+        for it in range(3):
+            x = ((np.arange(count, dtype=np.int64) * 7 + r * 3 + it) % 2001 - 1000).astype(
+                np.int32)
+            reg_in[:] = x
+            gat_in[:] = x[:block]
+            want = np.empty_like(x)
+            mpi_world.Allreduce(x, want)
+            gathered = np.empty(n * block, np.int32)
+            mpi_world.Allgather(x[:block], gathered)
+            out = [np.zeros(count, np.int32) for _ in range(2)]
+            root = it % n
+            red = np.zeros(count, np.int32)
+            works = {}
+            for c in order:
+                works[c] = [comms[c].allreduce(x, out[c])]
+                if c == 0:
+                    works[c].append(comms[c].allreduce(reg_in, reg_out))
+                    works[c].append(comms[c].reduce(x, red, root=root))
+                else:
+                    works[c].append(comms[c].allgather(gat_in, gat_out))
+            for c in order:
+                for w in works[c]:
+                    w.wait()
+            for c in range(2):
+                np.testing.assert_array_equal(out[c], want)
+            np.testing.assert_array_equal(reg_out, want)
+            if r == root:
+                np.testing.assert_array_equal(red, want)
+            np.testing.assert_array_equal(gat_out, gathered)
+        for c in comms:
+            c.free()
+
+
+@pytest.mark.mpi(min_size=2)
 def test_a_rank_without_the_c_executor_is_named(mpi_world, monkeypatch):
     """One rank's install lacks _native.c's build: nobody runs programs in C (they must
     choose alike), and rank 0 warns naming that rank, where the others have it."""

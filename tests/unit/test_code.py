@@ -54,12 +54,17 @@ def need_native() -> None:
         pytest.skip("the C executor is not built here (no C compiler at install)")
 
 
-@pytest.fixture(params=["python", "native"])
+@pytest.fixture(params=["python", "native", "streamed"])
 def executor(request):
-    """Who runs the compiled programs: code.run's Python, or the C executor (_native.c)."""
-    if request.param == "native":
-        need_native()
-    return request.param
+    """Who runs the compiled programs: code.run's Python, or the C executor (_native.c),
+    its copies into the receive buffer cached or streamed (as from 4 MiB on)."""
+    if request.param == "python":
+        yield "python"
+        return
+    need_native()
+    old = code._native.set_stream_bytes(0 if request.param == "streamed" else -1)
+    yield "native"
+    code._native.set_stream_bytes(old)
 
 
 def test_the_c_executor_is_built_where_required():
@@ -262,13 +267,23 @@ def test_the_c_executor_refuses_buffers_smaller_than_its_program():
         code._native.run(np.zeros((2, code._native.NROW), np.int64), 0, 0, ok, ok, ok)
 
 
+@pytest.fixture(params=["cached", "streamed"])
+def stream(request):
+    """Copies into the receive buffer as in a small collective, or streamed past the
+    caches as in one of 4 MiB and up (_native.c's stream_bytes, lowered to 0 here)."""
+    need_native()
+    old = code._native.set_stream_bytes(0 if request.param == "streamed" else -1)
+    yield request.param
+    code._native.set_stream_bytes(old)
+
+
 @pytest.mark.parametrize("nbytes", [1, 31, 127, 128, 129, 2111, 2112, 4133, 262147,
                                     (1 << 20) + 129])
-def test_the_c_executor_copies_and_reduces_long_unaligned_runs_exactly(nbytes):
-    """The C executor's own copy loop (128 bytes a step, a tail after) and its vectorized
-    reductions, on lengths around every boundary and at unaligned offsets, against
-    NumPy: the programs above move a few hundred bytes, a real chunk 512 KiB."""
-    need_native()
+def test_the_c_executor_copies_and_reduces_long_unaligned_runs_exactly(nbytes, stream):
+    """The C executor's own copy loops (128 bytes a step, or 64 streamed after an
+    unaligned head, a tail after) and its vectorized reductions, on lengths around every
+    boundary and at unaligned offsets, against NumPy: the programs above move a few
+    hundred bytes, a real chunk 512 KiB."""
     copy_op, reduce_op = 2, 3         # _native.c's OP_COPY, OP_REDUCE
     send_kind, recv_kind = 0, 1
     nrow = code._native.NROW
