@@ -131,9 +131,10 @@ def _hier(c: Choice) -> bool:
 
 def _gather(c: Choice) -> bool:
     """MPI's own allgather copies each block once, as shared memory does, with less
-    Python per call: it wins at every size on ordinary buffers (2 ranks: 1 MiB 104 against
-    142-148 us, 16 MiB 1,389 against 1,640-2,232; 4 ranks even to 0.99x at 1 and 16 MiB),
-    and on registered ones up to 1 MiB; from 4 MiB registered shared memory moves less
+    Python per call: against shared memory run in Python it wins at every size on ordinary
+    buffers (2 ranks: 1 MiB 104 against 142-148 us, 16 MiB 1,389 against 1,640-2,232; 4
+    ranks even to 0.99x at 1 and 16 MiB); against shared memory run in C only above
+    ``_GATHER_C_BYTES``; on registered buffers up to 1 MiB; from 4 MiB registered shared memory moves less
     (2 ranks 16 MiB: 1,121 against 1,400 us; 4 ranks 3,120 against 5,192).  Measured by
     ``hpccoll-tune calibrate``, docs/performance.md."""
     return _native(c) and not (
@@ -146,8 +147,13 @@ _GATHER_SHM_BYTES = 2 << 20
 # allgather up to here (the whole output; 2 ranks, against MPI's blocking call: 16 KiB
 # 0.82-0.88x, 64 KiB 0.83-0.87x, 256 KiB 0.95-0.96x, against 0.62-0.68x, 0.66-0.68x and
 # 0.84-0.85x through MPI's own nonblocking one; 4 ranks 0.85x / 1.07x / 1.20x against
-# 0.56x / 0.66x / 0.63x); at 1 MiB they tie at 2 ranks (0.79-0.80x against 0.81-0.85x)
-_GATHER_C_BYTES = 512 << 10
+# 0.56x / 0.66x / 0.63x).  With the C executor's own copy loop and results of 4 MiB and
+# up streamed (engine/_native.c), also from 1 to 8 MiB: 2 ranks 1 MiB 0.82-1.04x, 2 MiB
+# 0.89-0.99x, 4 MiB 1.08-1.20x, 8 MiB 1.14-1.25x against 0.75-0.88x, 0.78-0.83x,
+# 0.85-0.90x, 0.82-0.94x through MPI's own; 4 ranks 1-4 MiB 1.06-1.39x against
+# 0.67-0.81x.  At 16-32 MiB the two trade places from job to job (0.94-1.38x against
+# 0.90-0.98x, then 0.79x against 0.93x): MPI's own stays there.
+_GATHER_C_BYTES = 8 << 20
 
 
 # What a candidate needs to run at all, whatever the size: the rows' predicates add the

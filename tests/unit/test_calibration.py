@@ -154,6 +154,10 @@ def test_the_built_in_table_follows_the_measurements():
     assert algorithms.select("allgather", _choice(1 << 20, "", registered=True)) == "mpi"
     assert algorithms.select("allgather", _choice(4 << 20, "", registered=True)) == "shm"
     assert algorithms.select("allgather", _choice(4 << 20, "", native=False)) == "shm"
+    # where shared memory runs in C: above shm_c_bytes up to 8 MiB, MPI's own above
+    for nbytes, algo in ((8 << 10, "mpi"), (64 << 10, "shm"), (1 << 20, "shm"),
+                         (8 << 20, "shm"), ((8 << 20) + 1, "mpi")):
+        assert algorithms.select("allgather", _choice(nbytes, "", c_bytes=8 << 10)) == algo
 
 
 def test_calibrate_measures_saves_and_init_loads_it(tmp_path):
