@@ -70,10 +70,9 @@ def _shm_staged(c: Choice) -> bool:
     """reduce, broadcast: shared memory once a message pays for its flag rounds,
     registered or not (they stage either way).  Broadcast takes it where MPI's own
     cannot run (float16), where ``_bcast`` leaves it, or where a calibration picks it.
-    Reduce, against
-    the ring over point-to-point (``hpccoll-tune calibrate``, 2 ranks): 256 KiB 68
-    against 87 us, 1 MiB 254 against 316, 4 MiB 772 against 1,012, 16 MiB 3.3 against
-    4.2 ms; 4 ranks alike."""
+    Reduce, against the ring over point-to-point (``hpccoll-tune calibrate``, 2 ranks):
+    256 KiB 68 against 87 us, 1 MiB 254 against 316, 4 MiB 772 against 1,012, 16 MiB 3.3
+    against 4.2 ms; 4 ranks alike."""
     return c.shm == "flat" and (c.nbytes >= c.shm_min_bytes or _c_shm(c))
 
 
@@ -84,8 +83,9 @@ def _tiny(c: Choice) -> bool:
 def _native(c: Choice) -> bool:
     """A broadcast, allgather or alltoall MPI can run: its own beats hpccoll's
     point-to-point algorithms at every size on one node (shared memory run in C takes
-    some sizes back: ``_bcast``, ``_gather``, ``_c_exchange``).  Broadcast, against the chain (2 ranks: 1 MiB 0.89x, 16 MiB 0.84-0.91x the
-    blocking MPI_Bcast, against 0.66x and 0.52-0.61x; scripts/bench_adapter.py).
+    some sizes back: ``_bcast``, ``_gather``, ``_c_exchange``).  Broadcast, against the
+    chain (2 ranks: 1 MiB 0.89x, 16 MiB 0.84-0.91x the blocking MPI_Bcast, against 0.66x
+    and 0.52-0.61x; scripts/bench_adapter.py).
     Alltoall, against the pairwise exchange over point-to-point (1 MiB: 72 against 189 us
     at 2 ranks, 246 against 666 us at 4; 16 MiB: 1,496 against 2,454 us at 2 ranks, 7,146
     against 7,430 at 4): both copy each block through shared memory once, so there is
@@ -134,8 +134,9 @@ def _gather(c: Choice) -> bool:
     Python per call: against shared memory run in Python it wins at every size on ordinary
     buffers (2 ranks: 1 MiB 104 against 142-148 us, 16 MiB 1,389 against 1,640-2,232; 4
     ranks even to 0.99x at 1 and 16 MiB); against shared memory run in C only above
-    ``_GATHER_C_BYTES``; on registered buffers up to 1 MiB; from 4 MiB registered shared memory moves less
-    (2 ranks 16 MiB: 1,121 against 1,400 us; 4 ranks 3,120 against 5,192).  Measured by
+    ``_GATHER_C_BYTES``; on registered buffers up to 1 MiB; from 4 MiB registered shared
+    memory moves less (2 ranks 16 MiB: 1,121 against 1,400 us; 4 ranks 3,120 against
+    5,192).  Measured by
     ``hpccoll-tune calibrate``, docs/performance.md."""
     return _native(c) and not (
         c.registered and c.shm == "flat" and c.nbytes >= _GATHER_SHM_BYTES) and not (

@@ -33,6 +33,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>   /* SSE2's streaming stores (stream_copy) */
+#endif
 
 #define NROW 40   /* a reduction of up to 17 sources, a wait on up to 37 peers */
 #define MAGIC 0x68706363  /* "hpcc" */
@@ -122,7 +125,6 @@ static void copy_bytes(char *restrict d, const char *restrict s, size_t n) {
 static int64_t stream_bytes = 4 << 20;
 
 #if defined(__x86_64__)
-#include <emmintrin.h>
 #define CAN_STREAM 1
 static void stream_copy(char *restrict d, const char *restrict s, size_t n) {
     size_t head = (size_t)(-(uintptr_t)d & 15);   /* streaming stores need 16-byte alignment */

@@ -49,7 +49,8 @@ def test_table_picks_shared_memory_and_results_match_mpi(sctx, mpi_world):
     mpi_world.Allreduce(x, mx, op=MPI.MAX)
     np.testing.assert_array_equal(z, mx)
     # (allgather: shared memory up to 8 MiB where it runs in C, MPI's own above)
-    assert algos(sctx) == {("allreduce", "shm"), ("reduce_scatter", "shm"), ("allgather", "shm")}
+    assert algos(sctx) == {("allreduce", "shm"), ("reduce_scatter", "shm"),
+                           ("allgather", "shm")}
 
 
 @pytest.mark.mpi(min_size=2)

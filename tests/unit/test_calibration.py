@@ -144,7 +144,8 @@ def test_the_built_in_table_follows_the_measurements():
     for nbytes, algo in ((8 << 10, "mpi"), ((8 << 10) + 1, "shm"), (64 << 10, "shm"),
                          (2 << 20, "shm"), ((2 << 20) + 1, "mpi"), (16 << 20, "mpi")):
         assert algorithms.select("broadcast", _choice(nbytes, "", c_bytes=8 << 10)) == algo
-    assert algorithms.select("broadcast", _choice(64 << 10, "", shm="", c_bytes=8 << 10)) == "mpi"
+    assert algorithms.select("broadcast",
+                             _choice(64 << 10, "", shm="", c_bytes=8 << 10)) == "mpi"
     assert algorithms.select("broadcast", _choice(1 << 20, "", native=False)) == "shm"
     assert algorithms.select("broadcast", _choice(1 << 20, "", native=False, shm="")) == "chain"
     assert algorithms.select("broadcast", _choice(1 << 20, "shm")) == "shm"
