@@ -4,6 +4,7 @@ Every rank's ProgramLane runs in this one process over one real node-shared area
 in /dev/shm, mapped once per simulated rank, as transport/shm.py maps it), in random
 interleavings of ``run()`` calls: a compiled lane must leave the same bits as the
 interpreted one, integers exact against NumPy, whatever the order the ranks move in."""
+import contextlib
 import os
 import tempfile
 
@@ -54,17 +55,27 @@ def need_native() -> None:
         pytest.skip("the C executor is not built here (no C compiler at install)")
 
 
+@contextlib.contextmanager
+def streaming(on: bool):
+    """The C executor's copies into the receive buffer streamed past the caches (as from
+    a 4 MiB result on: _native.c's stream_bytes, lowered to 0) or never, then as before."""
+    old = code._native.set_stream_bytes(0 if on else -1)
+    try:
+        yield
+    finally:
+        code._native.set_stream_bytes(old)
+
+
 @pytest.fixture(params=["python", "native", "streamed"])
 def executor(request):
     """Who runs the compiled programs: code.run's Python, or the C executor (_native.c),
-    its copies into the receive buffer cached or streamed (as from 4 MiB on)."""
+    its copies into the receive buffer cached or streamed."""
     if request.param == "python":
         yield "python"
         return
     need_native()
-    old = code._native.set_stream_bytes(0 if request.param == "streamed" else -1)
-    yield "native"
-    code._native.set_stream_bytes(old)
+    with streaming(request.param == "streamed"):
+        yield "native"
 
 
 def test_the_c_executor_is_built_where_required():
@@ -270,11 +281,10 @@ def test_the_c_executor_refuses_buffers_smaller_than_its_program():
 @pytest.fixture(params=["cached", "streamed"])
 def stream(request):
     """Copies into the receive buffer as in a small collective, or streamed past the
-    caches as in one of 4 MiB and up (_native.c's stream_bytes, lowered to 0 here)."""
+    caches as in one of 4 MiB and up."""
     need_native()
-    old = code._native.set_stream_bytes(0 if request.param == "streamed" else -1)
-    yield request.param
-    code._native.set_stream_bytes(old)
+    with streaming(request.param == "streamed"):
+        yield request.param
 
 
 @pytest.mark.parametrize("nbytes", [1, 31, 127, 128, 129, 2111, 2112, 4133, 262147,
