@@ -57,20 +57,34 @@ class Workload:
         self.mpi = [world.Dup() for _ in range(ncomm)]
         self.ref = [np.empty(count, np.float32) for _ in range(ncomm)]
 
-    def ours(self, policy):
+    def ours(self, policy, order=None, one_by_one=False):
+        """One iteration: every collective issued in this rank's order (or ``order``: a
+        subset of the communicators, as scripts/bench_mixed_floor.py times them), then
+        waited for; ``one_by_one``: each waited for before the next is issued."""
         comms, out, send = self.comms[policy], self.out[policy], self.send
-        works = [getattr(comms[c], self.kinds[c])(send[c], out[c]) for c in self.order]
+        works = []
+        for c in self.order if order is None else order:
+            w = getattr(comms[c], self.kinds[c])(send[c], out[c])
+            if one_by_one:
+                w.wait()
+            else:
+                works.append(w)
         for w in works:
             w.wait()
 
-    def theirs(self):
+    def theirs(self, order=None, one_by_one=False):
+        """The baseline's iteration, as ``ours``."""
         from mpi4py import MPI
         reqs = []
-        for c in self.order:
+        for c in self.order if order is None else order:
             if self.kinds[c] == "alltoall":
-                reqs.append(self.mpi[c].Ialltoall(self.send[c], self.ref[c]))
+                q = self.mpi[c].Ialltoall(self.send[c], self.ref[c])
             else:
-                reqs.append(self.mpi[c].Iallreduce(self.send[c], self.ref[c], op=MPI.SUM))
+                q = self.mpi[c].Iallreduce(self.send[c], self.ref[c], op=MPI.SUM)
+            if one_by_one:
+                q.Wait()
+            else:
+                reqs.append(q)
         MPI.Request.Waitall(reqs)
 
     def check(self, policy) -> bool:

@@ -37,30 +37,12 @@ def main() -> int:
     ctx = hpccoll.init(timeout=120)
     nbytes = parse_bytes(args.size)
     wl = Workload("mixed", {"preemptive": ctx}, world, nbytes)
-    comms, out, send = wl.comms["preemptive"], wl.out["preemptive"], wl.send
-    mpis, ref, kinds, opposite = wl.mpi, wl.ref, wl.kinds, wl.order
+    out, ref, opposite = wl.out["preemptive"], wl.ref, wl.order
 
     def ours(order, one_by_one=False):
-        works = []
-        for c in order:
-            w = getattr(comms[c], kinds[c])(send[c], out[c])
-            if one_by_one:
-                w.wait()
-            else:
-                works.append(w)
-        for w in works:
-            w.wait()
+        wl.ours("preemptive", order, one_by_one)
 
-    def theirs(order, one_by_one=False):
-        reqs = []
-        for c in order:
-            q = (mpis[c].Ialltoall(send[c], ref[c]) if c == 0
-                 else mpis[c].Iallreduce(send[c], ref[c], op=MPI.SUM))
-            if one_by_one:
-                q.Wait()
-            else:
-                reqs.append(q)
-        MPI.Request.Waitall(reqs)
+    theirs = wl.theirs
 
     cases = {
         "pair, opposite orders": (lambda: theirs(opposite), lambda: ours(opposite)),
