@@ -196,9 +196,9 @@ SETTINGS: tuple[Setting, ...] = (
             "to this size (the whole result) on host arrays, with an MPI dtype and op, run as "
             "the MPI library's own nonblocking collective (lowest "
             "latency; 2 ranks: 2-4x faster than hpccoll's own point-to-point algorithms from "
-            "4 to 60 KiB); broadcasts do outside shm_c_bytes to 2 MiB where shared memory "
+            "4 to 60 KiB); broadcasts do outside shm_c_bytes to 128 KiB where shared memory "
             "runs in C (every size elsewhere), alltoalls above 64 KiB there, allgathers "
-            "outside shm_c_bytes to 8 MiB there (on registered buffers up to 2 MiB). A "
+            "outside shm_c_bytes to 512 KiB there (on registered buffers up to 2 MiB). A "
             "calibration (see calibration) replaces these "
             "sizes with measured ones; 0 disables MPI's own collectives altogether.",
             minimum=0, parse=_parse_size),
@@ -237,7 +237,7 @@ SETTINGS: tuple[Setting, ...] = (
             "Where shm_in_c runs them, allreduce, reduce and reduce_scatter on one node take "
             "node-shared memory instead of the MPI library's own collective above this "
             "size, even below mpi_coll_bytes and shm_min_bytes, and so do allgather up to "
-            "8 MiB, broadcast up to 2 MiB, alltoall at every size up to 64 KiB (2 ranks: "
+            "512 KiB, broadcast up to 128 KiB, alltoall at every size up to 64 KiB (2 ranks: "
             "16-64 KiB 0.8-1.8x MPI's own "
             "blocking collective, against 0.5-0.8x through MPI's own nonblocking one; 8 KiB "
             "and below MPI's own stays faster); 0: never.",

@@ -95,16 +95,17 @@ def _native(c: Choice) -> bool:
 
 def _bcast(c: Choice) -> bool:
     """broadcast: MPI's own, but shared memory run in C (the root copies each chunk into
-    its slot once, every other rank copies it out) from above shm_c_bytes to 2 MiB, where
-    its copies beat MPI's (2 ranks, against MPI's blocking MPI_Bcast, root 0: 8-32 KiB
-    0.73-0.77x against 0.51-0.57x through MPI's own nonblocking call, 64 KiB 0.95x against
-    0.75x, 256 KiB 0.92x against 0.50x, 1 MiB 1.29x against 1.22x, 2 MiB 1.18x against
-    1.00x; 4 ranks 16 KiB-1 MiB 1.08-2.63x against 0.57-1.10x); from 4 MiB at 2 ranks
-    MPI's own is ahead again (0.94-0.98x against 0.83-0.85x)."""
+    its slot once, every other rank copies it out) from above shm_c_bytes to 128 KiB,
+    where it beats MPI's own through hpccoll in every job (2 ranks, same buffers for all,
+    root 0: 16 KiB 23-29 against 32-42 us, 64 KiB 29-48 against 42-54, 128 KiB 36-45
+    against 50-61; MPI's blocking call 15-33).  From 256 KiB it depends on the VM's phase:
+    as fast or faster in some jobs (1 MiB 110-114 against 152-161 us), 2-3x slower in
+    others (338-381), where MPICH's single-copy transfer (process_vm_readv) is not hurt
+    by lines moving between the cores; MPI's own keeps those sizes."""
     return _native(c) and not (_c_shm(c) and c.nbytes <= _BCAST_C_BYTES)
 
 
-_BCAST_C_BYTES = 2 << 20
+_BCAST_C_BYTES = 128 << 10
 
 
 def _c_exchange(c: Choice) -> bool:
@@ -148,13 +149,11 @@ _GATHER_SHM_BYTES = 2 << 20
 # allgather up to here (the whole output; 2 ranks, against MPI's blocking call: 16 KiB
 # 0.82-0.88x, 64 KiB 0.83-0.87x, 256 KiB 0.95-0.96x, against 0.62-0.68x, 0.66-0.68x and
 # 0.84-0.85x through MPI's own nonblocking one; 4 ranks 0.85x / 1.07x / 1.20x against
-# 0.56x / 0.66x / 0.63x).  With the C executor's own copy loop and results of 4 MiB and
-# up streamed (engine/_native.c), also from 1 to 8 MiB: 2 ranks 1 MiB 0.82-1.04x, 2 MiB
-# 0.89-0.99x, 4 MiB 1.08-1.20x, 8 MiB 1.14-1.25x against 0.75-0.88x, 0.78-0.83x,
-# 0.85-0.90x, 0.82-0.94x through MPI's own; 4 ranks 1-4 MiB 1.06-1.39x against
-# 0.67-0.81x.  At 16-32 MiB the two trade places from job to job (0.94-1.38x against
-# 0.90-0.98x, then 0.79x against 0.93x): MPI's own stays there.
-_GATHER_C_BYTES = 8 << 20
+# 0.56x / 0.66x / 0.63x).  With the C executor's own copy loop it kept ahead at 512 KiB
+# (2 ranks, same buffers for all: 121-245 against 269-349 us through MPI's own), but not
+# at 1-2 MiB (1 MiB 394-397 against 259-271 us in two jobs of three, 154 against 181 in
+# the third; 4-8 MiB even): MPI's own, with its single-copy transfer, keeps 1 MiB and up.
+_GATHER_C_BYTES = 512 << 10
 
 
 # What a candidate needs to run at all, whatever the size: the rows' predicates add the

@@ -240,7 +240,7 @@ def test_an_mpi_error_at_start_fails_the_collective(mpi_world, persistent):
 
     with hpccoll.init(timeout=60, calls_in_c=True) as ctx:
         comm = ctx.world.dup()
-        n = 2 if persistent else 1 << 20   # (above 8 MiB: MPI runs allgather)
+        n = 2 if persistent else 65536     # (1 MiB and up: MPI runs allgather)
         x = np.ones(n, np.int64)
         y = np.empty(n * ctx.size, np.int64)
         for _ in range(20):

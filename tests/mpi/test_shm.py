@@ -48,9 +48,8 @@ def test_table_picks_shared_memory_and_results_match_mpi(sctx, mpi_world):
     mx = np.empty_like(x)
     mpi_world.Allreduce(x, mx, op=MPI.MAX)
     np.testing.assert_array_equal(z, mx)
-    # (allgather: shared memory up to 8 MiB where it runs in C, MPI's own above)
-    assert algos(sctx) == {("allreduce", "shm"), ("reduce_scatter", "shm"),
-                           ("allgather", "shm")}
+    # MPI's own allgather beats shared memory on ordinary buffers (docs/performance.md)
+    assert algos(sctx) == {("allreduce", "shm"), ("reduce_scatter", "shm"), ("allgather", "mpi")}
 
 
 @pytest.mark.mpi(min_size=2)
@@ -395,13 +394,12 @@ def test_many_sizes_on_two_communicators_in_divergent_orders_exact(mpi_world):
 def test_results_of_4_mib_and_up_streamed_past_the_caches_exact(mpi_world):
     """From a 4 MiB result on, the C executor writes the receive buffer with streaming
     stores (engine/_native.c): allreduce on ordinary and registered buffers, reduce, and
-    allgather on registered and ordinary buffers (shared memory up to 8 MiB), on two
-    communicators in opposite orders on alternate ranks, unaligned counts, against MPI's
-    own."""
+    a registered allgather, on two communicators in opposite orders on alternate ranks,
+    unaligned counts, against MPI's own."""
     r, n = mpi_world.rank, mpi_world.size
     count = (4 << 20) // 4 + 1001
     block = count // n + 3
-    with hpccoll.init(timeout=120, trace=True) as ctx:
+    with hpccoll.init(timeout=120) as ctx:
         comms = [ctx.world.dup(name=f"s{i}") for i in range(2)]
         order = (0, 1) if r % 2 == 0 else (1, 0)
         reg_in, reg_out = ctx.empty(count, np.int32), ctx.empty(count, np.int32)
@@ -416,7 +414,6 @@ def test_results_of_4_mib_and_up_streamed_past_the_caches_exact(mpi_world):
             gathered = np.empty(n * block, np.int32)
             mpi_world.Allgather(x[:block], gathered)
             out = [np.zeros(count, np.int32) for _ in range(2)]
-            plain_out = np.zeros(n * block, np.int32)
             root = it % n
             red = np.zeros(count, np.int32)
             works = {}
@@ -427,7 +424,6 @@ def test_results_of_4_mib_and_up_streamed_past_the_caches_exact(mpi_world):
                     works[c].append(comms[c].reduce(x, red, root=root))
                 else:
                     works[c].append(comms[c].allgather(gat_in, gat_out))
-                    works[c].append(comms[c].allgather(x[:block], plain_out))
             for c in order:
                 for w in works[c]:
                     w.wait()
@@ -437,8 +433,6 @@ def test_results_of_4_mib_and_up_streamed_past_the_caches_exact(mpi_world):
             if r == root:
                 np.testing.assert_array_equal(red, want)
             np.testing.assert_array_equal(gat_out, gathered)
-            np.testing.assert_array_equal(plain_out, gathered)
-        assert {a for c, a in algos(ctx) if c == "allgather"} == {"shm"}
         for c in comms:
             c.free()
 

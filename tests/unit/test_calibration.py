@@ -138,11 +138,11 @@ def test_the_built_in_table_follows_the_measurements():
     assert algorithms.select("reduce", _choice(128 << 10, "", shm="")) == "ring"
     assert algorithms.select("reduce", _choice(8 << 10, "", registered=True)) == "mpi"
     # broadcast: MPI's own wherever it runs, except shared memory run in C from above
-    # shm_c_bytes to 2 MiB; shared memory for what MPI cannot run (float16)
+    # shm_c_bytes to 128 KiB; shared memory for what MPI cannot run (float16)
     assert algorithms.select("broadcast", _choice(16 << 20, "")) == "mpi"
     assert algorithms.select("broadcast", _choice(1 << 20, "")) == "mpi"   # (not in C)
     for nbytes, algo in ((8 << 10, "mpi"), ((8 << 10) + 1, "shm"), (64 << 10, "shm"),
-                         (2 << 20, "shm"), ((2 << 20) + 1, "mpi"), (16 << 20, "mpi")):
+                         (128 << 10, "shm"), ((128 << 10) + 1, "mpi"), (16 << 20, "mpi")):
         assert algorithms.select("broadcast", _choice(nbytes, "", c_bytes=8 << 10)) == algo
     assert algorithms.select("broadcast",
                              _choice(64 << 10, "", shm="", c_bytes=8 << 10)) == "mpi"
@@ -155,9 +155,9 @@ def test_the_built_in_table_follows_the_measurements():
     assert algorithms.select("allgather", _choice(1 << 20, "", registered=True)) == "mpi"
     assert algorithms.select("allgather", _choice(4 << 20, "", registered=True)) == "shm"
     assert algorithms.select("allgather", _choice(4 << 20, "", native=False)) == "shm"
-    # where shared memory runs in C: above shm_c_bytes up to 8 MiB, MPI's own above
-    for nbytes, algo in ((8 << 10, "mpi"), (64 << 10, "shm"), (1 << 20, "shm"),
-                         (8 << 20, "shm"), ((8 << 20) + 1, "mpi")):
+    # where shared memory runs in C: above shm_c_bytes up to 512 KiB, MPI's own above
+    for nbytes, algo in ((8 << 10, "mpi"), (64 << 10, "shm"), (512 << 10, "shm"),
+                         ((512 << 10) + 1, "mpi"), (8 << 20, "mpi")):
         assert algorithms.select("allgather", _choice(nbytes, "", c_bytes=8 << 10)) == algo
 
 
