@@ -142,7 +142,7 @@ class CrossCheck:
         if state.broken is not None:
             return
         exc = state.mismatch_error(seq, fields, odd)
-        if not any(t.comm is state for t in self.engine.live()):
+        if not self.engine.pending_on(state):
             state.unreported = exc     # nothing pending carries it: the next call does
         self.engine.break_comm(state, exc)
 

@@ -378,6 +378,12 @@ class Engine:
                 self.lock.release()
             self.run_callbacks()
 
+    def pending_on(self, state) -> bool:
+        """Whether anything of communicator ``state`` is pending: admitted, still queued,
+        or loose (each of those fails with its verdict, so the verdict is carried)."""
+        # list() of a deque or dict runs in C under the GIL: safe beside an issuing thread
+        return any(t.comm is state for t in self.live() + list(self.sq) + list(self.loose))
+
     def pending(self) -> int:
         return self._live + len(self.sq) + len(self.loose)
 

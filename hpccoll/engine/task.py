@@ -216,6 +216,11 @@ class Task(Work):
             self.state = FAILED
             self.error = exc
             self.t_end = time.monotonic()
+            if self.comm.unreported is not None and isinstance(exc, CollectiveMismatch):
+                # the verdict came while nothing seemed pending (this one had passed
+                # usable() but was not queued yet, or its own check found it too): this
+                # collective reports the mismatch, the next call must not report it again
+                self.comm.unreported = None
 
     def cancel_transfers(self) -> None:
         """Give up on a failed task: cancel the receives it still has posted."""
