@@ -214,6 +214,13 @@ SETTINGS: tuple[Setting, ...] = (
             "Let ranks of a communicator that share a node exchange through node-shared memory "
             "(one file in /dev/shm per communicator and node) for allreduce, reduce_scatter "
             "and allgather."),
+    Setting("cma", bool, True,
+            "Let ranks of one node read each other's ordinary buffers in place, one copy made "
+            "by the kernel (Linux Cross Memory Attach, process_vm_readv, as MPICH does), for "
+            "the sizes of allgather, alltoall and broadcast where that beats staging "
+            "through node-shared memory and the MPI library's own collective.  Probed when "
+            "a communicator is made: used only where every rank of the node may read every "
+            "other (same user, ptrace allowed; containers often forbid it)."),
     Setting("shm_slot_bytes", int, 512 << 10,
             "Size of each staging slot in a rank's shared segment; a message moves one slot per "
             "step (every step is a point where the collective can be suspended).  Chunks "
@@ -490,7 +497,13 @@ def algorithm_choice(settings: Settings) -> list:
     c_bytes = settings.shm_c_bytes if in_c else 0
     where = ("in C" if in_c else "in Python: " + (
         "hpccoll/engine/_native.c is not built" if settings.shm_in_c else "shm_in_c is off"))
-    lines.append("built-in algorithm table (ranks on one node, float32 sum; registered in "
+    from .transport import cma
+    # (between processes it is probed when a communicator is made; here: the call itself)
+    single = settings.cma and bool(settings.shm) and cma.probe(*cma.token())
+    where += ("; single copy (cma) where every rank may read its peers" if single else
+              "; single copy off: " + ("the cma setting" if not settings.cma else
+                                        "process_vm_readv refused here"))
+    lines.append("built-in algorithm table (2 ranks on one node, float32 sum; registered in "
                  f"parentheses where it differs; shared-memory programs {where}):")
     lines.append(f"  {'collective':<15}" + "".join(f"{human_bytes(n):>12}" for n in SHOWN_SIZES))
     for coll in ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall"):
@@ -499,9 +512,10 @@ def algorithm_choice(settings: Settings) -> list:
             picks = [algorithms.select(coll, algorithms.Choice(
                 n, settings.small_msg_bytes, "flat" if settings.shm else "",
                 settings.shm_min_bytes, reg, settings.mpi_coll_bytes, True, "",
-                c_bytes if coll in algorithms.C_SHM_COLLECTIVES else 0))
-                for reg in (False, True)]
-            cells.append(picks[0] if picks[0] == picks[1] else f"{picks[0]}({picks[1]})")
+                c_bytes if coll in algorithms.C_SHM_COLLECTIVES else 0, single, 2))
+                # (staged collectives never look at where their buffers live)
+                for reg in ((False,) if coll in algorithms.STAGED else (False, True))]
+            cells.append(picks[0] if picks[0] == picks[-1] else f"{picks[0]}({picks[1]})")
         lines.append(f"  {coll:<15}" + "".join(f"{c:>12}" for c in cells))
     from .core import state
     lines.append("per-call path (collectives the MPI library runs, shared-memory programs in "

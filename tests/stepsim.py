@@ -14,8 +14,8 @@ from collections import defaultdict, deque
 
 import numpy as np
 
-from hpccoll.algorithms.primitives import (PSEND, RECV, SEND, SLOT, Copy, Post, Reduce,
-                                           ReduceN, Scale, Signal, Wait, WaitFlags)
+from hpccoll.algorithms.primitives import (PEER, PSEND, RECV, SEND, SLOT, Copy, Post, Publish,
+                                           Reduce, ReduceN, Scale, Signal, Wait, WaitFlags)
 from hpccoll.engine.reduction import HostOps
 
 
@@ -41,6 +41,7 @@ def run(programs, bufs, op="sum", seed=0, max_events=10_000_000, slots=None, bas
     sendq, recvq = defaultdict(deque), defaultdict(deque)
     matched = []
     flags = [[base, base, base] for _ in range(n)]
+    published = [set() for _ in range(n)]
 
     def arr(r, reg):
         b = reg.buf
@@ -49,6 +50,11 @@ def run(programs, bufs, op="sum", seed=0, max_events=10_000_000, slots=None, bas
                 slot = slots[b[1]][(base + b[2]) % len(slots[b[1]])]
                 return slot[reg.off:reg.off + reg.n]
             q = b[1]
+            if b[0] == PEER:
+                # what q published, while q's program still runs (it returns its buffers)
+                assert b[2] in published[q], f"rank {r} reads rank {q}'s unpublished buffer"
+                assert pc[q] < len(programs[q].steps), f"rank {r} reads rank {q}'s returned buffer"
+                return bufs[q][b[2]][reg.off:reg.off + reg.n]
             return bufs[q][SEND if b[0] == PSEND else RECV][reg.off:reg.off + reg.n]
         return bufs[r][b][reg.off:reg.off + reg.n]
 
@@ -84,6 +90,8 @@ def run(programs, bufs, op="sum", seed=0, max_events=10_000_000, slots=None, bas
             elif isinstance(p, WaitFlags):
                 if not all(flags[q][p.flag] >= base + p.epoch for q in p.peers):
                     return moved
+            elif isinstance(p, Publish):
+                published[r].add(p.buf)
             elif isinstance(p, Signal):
                 assert flags[r][p.flag] < base + p.epoch, "flags only grow"
                 flags[r][p.flag] = base + p.epoch

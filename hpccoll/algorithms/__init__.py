@@ -18,7 +18,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, NamedTuple
 
-from . import doubling, pairwise, ring, shm, tree
+from . import cma, doubling, pairwise, ring, shm, tree
 from .primitives import Signal, Wait, WaitFlags, prescaled, scratch_extent
 from .spec import COLLECTIVES, Spec
 
@@ -35,6 +35,9 @@ class Choice(NamedTuple):
     prefer: str = ""           # the calibration's pick for this size, if any
     shm_c_bytes: int = 0       # above this, shared memory run in C (engine/_native.c) beats
     #                            MPI's own, where it runs this reduction (0: it does not)
+    cma: bool = False          # every rank on one node, each may read the others' memory
+    #                            (transport/cma.py), host arrays, no kernel backend
+    ranks: int = 0             # the communicator's size (0: not known)
 
 
 # the collectives whose shared-memory programs shm_c_bytes brings below shm_min_bytes
@@ -156,6 +159,41 @@ _GATHER_SHM_BYTES = 2 << 20
 _GATHER_C_BYTES = 512 << 10
 
 
+def _cma(c: Choice) -> bool:
+    return c.cma and not c.registered
+
+
+def _cma_exchange(c: Choice) -> bool:
+    """alltoall: single copy (algorithms/cma.py) above where shared memory run in C keeps
+    it (``_c_exchange``).  Against MPI's own run for hpccoll, the same buffers for every
+    contender, medians (2 ranks, four jobs: 1 MiB 136-157 against 137-206 us, 16 MiB
+    2.7-3.5 against 3.2-4.4 ms, 1.2x MPI's blocking call; 4 ranks: 1 MiB 671 against
+    751 us, 16 MiB 7.8 against 10.0 ms).  Staged shared memory copies twice: 1 MiB
+    148-273 us, 16 MiB 3.3-5.3 ms at 2 ranks."""
+    return _cma(c) and c.nbytes > _EXCHANGE_C_BYTES
+
+
+def _cma_allreduce(c: Choice) -> bool:
+    """allreduce at 2 ranks from above 4 MiB: each rank reads the peer's half (one copy),
+    reduces it with its own, and reads the peer's reduced half, where staged shared
+    memory copies in, reduces and copies out (16 MiB, four jobs: 6.2-7.3 against 7.6-8.0
+    ms, MPI's blocking call 9.7-11.1; 4 MiB even, 1 MiB staged ahead: 470-508 against
+    583-624 us).  At 4 ranks on 2 cores staged stays ahead (16 MiB 16.6 against 19.5 ms):
+    there a calibration may still pick it."""
+    return _cma(c) and c.ranks == 2 and c.nbytes > _CMA_REDUCE_BYTES
+
+
+def _calibrated_only(c: Choice) -> bool:
+    """allgather, broadcast, reduce_scatter: single copy was nowhere ahead of the built-in
+    choice in every job (2 ranks: allgather 1 MiB 290-346 against 207-232 us through MPI's
+    own; broadcast within 5% of MPI's own; reduce_scatter behind staged shared memory at
+    every size; 4 ranks alike): it runs where a calibration measured it faster."""
+    return False
+
+
+_CMA_REDUCE_BYTES = 4 << 20
+
+
 # What a candidate needs to run at all, whatever the size: the rows' predicates add the
 # sizes where each is the built-in choice.  A calibration's pick is used only where it
 # applies (another machine's table may name shared memory where there is none).
@@ -163,6 +201,7 @@ APPLIES: dict[str, Callable] = {
     "mpi": _native,
     "shm": lambda c: c.shm == "flat",
     "hier": lambda c: c.shm == "hier",
+    "cma": _cma,
 }
 
 
@@ -171,18 +210,24 @@ APPLIES: dict[str, Callable] = {
 # bandwidth-optimal pipelined ones (which always apply).
 MPI = None    # the ``mpi`` rows: no step machine, the MPI library runs the collective
 TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
-    "allreduce": [("mpi", _tiny, MPI), ("shm", _shm, shm.allreduce),
+    "allreduce": [("mpi", _tiny, MPI), ("cma", _cma_allreduce, cma.allreduce),
+                  ("shm", _shm, shm.allreduce),
                   ("hier", _hier, shm.allreduce_hier), ("doubling", _small, doubling.allreduce),
                   ("ring", _always, ring.allreduce)],
     "reduce": [("mpi", _tiny, MPI), ("shm", _shm_staged, shm.reduce),
                ("binomial", _small, tree.reduce), ("ring", _always, ring.reduce)],
-    "broadcast": [("mpi", _bcast, MPI), ("shm", _shm_staged, shm.broadcast),
+    "broadcast": [("cma", _calibrated_only, cma.broadcast),
+                  ("mpi", _bcast, MPI), ("shm", _shm_staged, shm.broadcast),
                   ("binomial", _small, tree.broadcast), ("chain", _always, tree.broadcast_chain)],
-    "allgather": [("mpi", _gather, MPI), ("shm", _shm, shm.allgather),
+    "allgather": [("cma", _calibrated_only, cma.allgather),
+                  ("mpi", _gather, MPI), ("shm", _shm, shm.allgather),
                   ("bruck", _small, doubling.allgather), ("ring", _always, ring.allgather)],
-    "reduce_scatter": [("mpi", _tiny, MPI), ("shm", _shm, shm.reduce_scatter),
+    "reduce_scatter": [("mpi", _tiny, MPI),
+                       ("cma", _calibrated_only, cma.reduce_scatter),
+                       ("shm", _shm, shm.reduce_scatter),
                        ("ring", _always, ring.reduce_scatter)],
-    "alltoall": [("mpi", _exchange, MPI), ("shm", _c_exchange, shm.alltoall),
+    "alltoall": [("cma", _cma_exchange, cma.alltoall),
+                 ("mpi", _exchange, MPI), ("shm", _c_exchange, shm.alltoall),
                  ("pairwise", _always, pairwise.alltoall)],
     "barrier": [("mpi", _tiny, MPI), ("dissemination", _always, doubling.barrier)],
     # variable counts (the mpi4py adapter's Allgatherv, Reduce_scatter, Alltoallv)
@@ -193,7 +238,7 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
 # every algorithm's number, for the mismatch fingerprint (ranks must agree on the algorithm)
 ALGO_CODES = {name: i + 1 for i, name in enumerate(sorted(
     {name for rows in TABLE.values() for name, _, _ in rows} | {"direct"}))}
-SHM_ALGOS = frozenset({"shm", "hier"})
+SHM_ALGOS = frozenset({"shm", "hier", "cma"})   # programs on the node-shared area's flags
 STAGED = frozenset({"reduce", "broadcast", "alltoall"})   # shared-memory programs that never read peers' buffers
 # step machines that compute an average themselves (ReduceN's divisor); the others get
 # their input divided first (primitives.prescaled)

@@ -25,7 +25,12 @@ other ranks' memory:
 - ``ReduceN(dst, srcs, k)``: dst = srcs[0] (op) srcs[1] (op) ..., in the accumulator type,
   rounded once; k (avg): every source divided by k first; dst may alias srcs[0] only;
 - regions ``(SLOT, q, e)``: rank q's staging slot for epoch e; ``(PSEND, q)`` /
-  ``(PRECV, q)``: rank q's registered send/receive buffer.
+  ``(PRECV, q)``: rank q's registered send/receive buffer;
+- ``Publish(buf)``: make this call's buffer ``buf`` (SEND, RECV or SCRATCH) readable by
+  the peers until the program ends (its address goes into this rank's segment, one word
+  per buffer; the next Signal publishes it), and region ``(PEER, q, buf)``: that buffer
+  of rank q, in q's own process, read by a single copy through the kernel (single-copy
+  programs, algorithms/cma.py: Linux Cross Memory Attach, ``process_vm_readv``).
 
 Epochs are relative to the collective; the engine adds the communicator's running
 epoch, so programs stay cacheable and data-independent.
@@ -73,7 +78,7 @@ class Scale(NamedTuple):
 
 
 # shared-memory regions and flags (algorithms/shm.py)
-SLOT, PSEND, PRECV = "slot", "psend", "precv"
+SLOT, PSEND, PRECV, PEER = "slot", "psend", "precv", "peer"
 READY, REDUCED, CONSUMED = 0, 1, 2
 FLAG_NAMES = ("ready", "reduced", "consumed")
 
@@ -87,6 +92,10 @@ class WaitFlags(NamedTuple):
     flag: int
     epoch: int
     peers: tuple
+
+
+class Publish(NamedTuple):
+    buf: int
 
 
 class ReduceN(NamedTuple):

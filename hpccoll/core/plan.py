@@ -290,7 +290,11 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
     choice = algorithms.Choice(nbytes, s.small_msg_bytes, layout, s.shm_min_bytes,
                                reg is not None, s.mpi_coll_bytes, native,
                                "" if on_device else _prefer(state, coll, nbytes, reg is not None),
-                               c_bytes)
+                               c_bytes,
+                               # single copy between host arrays (the area agreed it at
+                               # creation, so every rank's choice is the same)
+                               layout == "flat" and shm["area"].cma and blocks is None,
+                               size)
     algo = algorithms.select(coll, choice)
     # a small device collective MPI can run goes through the host: one copy each way
     # around MPI's own collective, instead of a copy per step of hpccoll's algorithms

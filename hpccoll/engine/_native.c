@@ -15,6 +15,9 @@
  *   SIGNAL  epoch, &counter                 counter = base + epoch
  *   COPY    dst, src, nbytes                copy_bytes (regions never overlap)
  *   REDUCE  dst, count, fn, nsrc, src...    dst = src0 (op) src1 (op) src2 ... in order
+ *   PUBLISH kind, &word                     word = the address of the call's buffer kind
+ *   READ    dst, &word, pid, off, nbytes    process pid's bytes at word + off to dst, by
+ *                                           process_vm_readv (one copy: transport/cma.py)
  *
  * An operand is two words: kind 0-2 (the call's send, recv or scratch buffer) and a
  * byte offset into it, or kind 3 and an absolute address (node-shared memory).
@@ -33,6 +36,10 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <errno.h>
+#if defined(__linux__)
+#include <sys/uio.h>     /* process_vm_readv (READ) */
+#endif
 #if defined(__x86_64__)
 #include <emmintrin.h>   /* SSE2's streaming stores (stream_copy) */
 #endif
@@ -40,7 +47,7 @@
 #define NROW 40   /* a reduction of up to 17 sources, a wait on up to 37 peers */
 #define MAGIC 0x68706363  /* "hpcc" */
 
-enum { OP_WAIT = 0, OP_SIGNAL = 1, OP_COPY = 2, OP_REDUCE = 3 };
+enum { OP_WAIT = 0, OP_SIGNAL = 1, OP_COPY = 2, OP_REDUCE = 3, OP_PUBLISH = 4, OP_READ = 5 };
 
 /* AVX2 and SSE2 builds of the loops below, picked at load time (GCC's ifunc): the
  * reductions and copies are elementwise, so every build gives the same bits */
@@ -152,6 +159,23 @@ static void stream_copy(char *restrict d, const char *restrict s, size_t n) {
 #define stream_copy copy_bytes
 #endif
 
+/* A peer's bytes, read where they lie in its process; the kernel may stop short at a
+ * page it cannot take at once: go on from there.  0, or the errno. */
+static int read_peer(char *d, int64_t pid, int64_t src, int64_t n) {
+#if defined(__linux__)
+    while (n > 0) {
+        struct iovec local = {d, (size_t)n}, remote = {(void *)(intptr_t)src, (size_t)n};
+        ssize_t got = process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
+        if (got <= 0)
+            return got < 0 ? errno : EIO;
+        d += got, src += got, n -= got;
+    }
+    return 0;
+#else
+    return n > 0 ? ENOSYS : 0;
+#endif
+}
+
 static inline char *at(char *const *bufs, int64_t kind, int64_t off) {
     return kind == 3 ? (char *)(intptr_t)off : bufs[kind] + off;
 }
@@ -226,6 +250,25 @@ static PyObject *run(PyObject *self, PyObject *args) {
             fn(d, at(bufs, ins[6], ins[7]), at(bufs, ins[8], ins[9]), ins[3]);
             for (int64_t s = 2; s < nsrc; s++)
                 fn(d, d, at(bufs, ins[6 + 2 * s], ins[7 + 2 * s]), ins[3]);
+            break;
+        }
+        case OP_PUBLISH:
+            if (ins[1] < 0 || ins[1] > 2 || bufs[ins[1]] == NULL) {
+                PyErr_SetString(PyExc_ValueError, "native run: bad buffer to publish");
+                goto fail;
+            }
+            /* (the SIGNAL after it orders it before the counter the peers wait on) */
+            *(int64_t *)(intptr_t)ins[2] = (int64_t)(intptr_t)bufs[ins[1]];
+            break;
+        case OP_READ: {
+            int64_t src = __atomic_load_n((int64_t *)(intptr_t)ins[3], __ATOMIC_ACQUIRE);
+            int err = read_peer(at(bufs, ins[1], ins[2]), ins[4], src + ins[5], ins[6]);
+            if (err) {
+                errno = err;
+                PyErr_Format(PyExc_OSError, "process_vm_readv of %lld bytes from process "
+                             "%lld: %s", (long long)ins[6], (long long)ins[4], strerror(err));
+                goto fail;
+            }
             break;
         }
         default:

@@ -26,12 +26,13 @@ from typing import Optional
 
 import numpy as np
 
-from ..algorithms.primitives import (PRECV, PSEND, SLOT, Copy, Reduce, ReduceN, Scale, Signal,
-                                     WaitFlags)
+from ..algorithms.primitives import (PEER, PRECV, PSEND, SLOT, Copy, Publish, Reduce, ReduceN,
+                                     Scale, Signal, WaitFlags)
 from ..core import ops as table
-from ..transport.shm import FLAG_STRIDE
+from ..transport import cma
+from ..transport.shm import ADDR, FLAG_STRIDE
 
-WAIT, SIGNAL, COPY, UFUNC, REDUCE_N, REDUCE2, SCALE = range(7)
+WAIT, SIGNAL, COPY, UFUNC, REDUCE_N, REDUCE2, SCALE, PUBLISH, READ = range(9)
 
 try:                        # built at install where a C compiler is present (setup.py)
     from . import _native
@@ -84,6 +85,13 @@ def build(program, shm, dtype: np.dtype, op: Optional[str]) -> Optional[tuple]:
             raise ValueError(f"unknown region {b!r}")
         return whole[reg.off:reg.off + reg.n]
 
+    def peer(reg):
+        """A region of what rank q published: (its address word, its pid, byte offset,
+        bytes), read by a single copy (transport/cma.py)."""
+        _, q, buf = reg.buf
+        return (_flag(area, q, ADDR + buf), area.pids[q], reg.off * dtype.itemsize,
+                reg.n * dtype.itemsize)
+
     ufunc = table.OPS[op].ufunc if op is not None else None
     plain = op is not None and table.accumulator(dtype) == dtype
     code = []
@@ -93,8 +101,12 @@ def build(program, shm, dtype: np.dtype, op: Optional[str]) -> Optional[tuple]:
             code.append((WAIT, tuple(_flag(area, q, p.flag) for q in p.peers), p.epoch, p))
         elif kind is Signal:
             code.append((SIGNAL, _flag(area, area.rank, p.flag), p.epoch))
+        elif kind is Copy and p.src.buf.__class__ is tuple and p.src.buf[0] == PEER:
+            code.append((READ, operand(p.dst), peer(p.src)))
         elif kind is Copy:
             code.append((COPY, operand(p.dst), operand(p.src)))
+        elif kind is Publish:
+            code.append((PUBLISH, p.buf, _flag(area, area.rank, ADDR + p.buf)))
         elif kind is ReduceN:
             srcs = tuple(operand(r) for r in p.srcs)
             if plain and not p.divisor and len(srcs) >= 2:
@@ -155,6 +167,13 @@ def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
             if operand(ins[2], i, 3) != n:
                 return None
             rows[i, 5] = n
+        elif k == PUBLISH:
+            rows[i, :3] = 4, ins[1], _address(np.frombuffer(ins[2], np.int64))
+        elif k == READ:
+            rows[i, 0] = 5
+            operand(ins[1], i, 1)
+            word, pid, off, n = ins[2]
+            rows[i, 3:7] = _address(np.frombuffer(word, np.int64)), pid, off, n
         elif k == UFUNC and fn is not None and 6 + 2 * len(ins[2]) <= row:
             rows[i, 0] = 3
             n = operand(ins[1], i, 1)
@@ -212,6 +231,15 @@ def run(lane) -> bool:
             if s.__class__ is tuple:
                 s = bufs[s[0]][s[1]:s[2]]
             d[...] = s         # (one dtype: np.copyto's dispatch adds a Python call)
+        elif k == PUBLISH:
+            ins[2][0] = _address(bufs[ins[1]])
+        elif k == READ:
+            d = ins[1]
+            if d.__class__ is tuple:
+                d = bufs[d[0]][d[1]:d[2]]
+            word, pid, off, n = ins[2]
+            if n:
+                cma.read(pid, _address(d), word[0] + off, n)
         else:
             d = ins[1]
             if d.__class__ is tuple:

@@ -35,8 +35,13 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
+from . import cma
+
 CTRL_BYTES = 4096
 FLAG_STRIDE = 8            # int64 slots between flags: 64 bytes, one cache line each
+ADDR = 3                   # after the three counters: the addresses of the send, receive
+#                            and scratch buffers a single-copy program published
+#                            (algorithms/cma.py), a cache line each
 SLOT_ALIGN = 64
 
 
@@ -96,6 +101,8 @@ class ShmArea:
         self.flags = [s[:CTRL_BYTES].view(np.int64) for s in self.segs]
         self.epoch = 0            # epochs handed out so far (the next collective's base)
         self._sync = self.fence = fence
+        self.cma = False          # every rank of the node may read every other's memory
+        self.pids = ()            # the node's ranks' process ids, in local order
 
     def signal(self, flag: int, value: int) -> None:
         self._sync()              # data before counter
@@ -194,17 +201,25 @@ def create(comm, world_ranks, node_of, settings, fence_of) -> Optional[dict]:
             path, fd = _new_file(nbytes)
         except OSError as exc:
             error = f"{shm_dir()}: {exc.strerror or exc}"
-    made = comm.allgather((path, error))
-    errors = [e for _, e in made if e]
+    # (each rank's probe bytes ride along: transport/cma.py)
+    made = comm.allgather((path, error, cma.token()))
+    errors = [e for _, e, _ in made if e]
+    readable = False
     if not errors:
         try:
             area = ShmArea(made[local[0]][0], fd, me, len(local), settings.shm_slot_bytes,
                            settings.shm_slots, fence_of())
         except (OSError, ValueError) as exc:
             error = f"{made[local[0]][0]}: {exc}"
+        readable = settings.cma and all(cma.probe(*made[q][2]) for q in local if q != rank)
     elif fd is not None:
         os.close(fd)
-    errors += [e for e in comm.allgather(error) if e]
+    agreed = comm.allgather((error, readable))
+    errors += [e for e, _ in agreed if e]
+    if area is not None:
+        # single-copy programs where every rank of the node may read every other
+        area.cma = all(agreed[q][1] for q in local)
+        area.pids = tuple(made[q][2][0] for q in local)
     if path is not None:
         os.unlink(path)            # every rank of the node has mapped it (or failed to)
     if errors:

@@ -15,7 +15,8 @@ N = 70_001     # > shm_min_bytes in float32, and not a multiple of anything
 
 @pytest.fixture(scope="module")
 def sctx():
-    c = hpccoll.init(trace=True, timeout=60, shm_slot_bytes=64 << 10)
+    # (single copy off: these are the staged programs; tests/mpi/test_cma.py has it)
+    c = hpccoll.init(trace=True, timeout=60, shm_slot_bytes=64 << 10, cma=False)
     yield c
     c.close()
 
@@ -336,7 +337,7 @@ def test_alltoall_through_shared_memory_where_it_runs_in_c(mpi_world):
     returned array) and a few dtypes, exact against MPI's own, with more chunks than
     slots (small slots) on two communicators in opposite orders."""
     r = mpi_world.rank
-    with hpccoll.init(trace=True, timeout=60, shm_slot_bytes=8 << 10) as ctx:
+    with hpccoll.init(trace=True, timeout=60, shm_slot_bytes=8 << 10, cma=False) as ctx:
         n = ctx.size
         in_c = ctx.c_programs
         comms = [ctx.world.dup(name=f"a2a{i}") for i in range(2)]

@@ -1,0 +1,138 @@
+"""Single-copy algorithms for ranks on one node: every rank reads its peers' ordinary
+buffers where they lie, in the peers' own processes, through the kernel (Linux Cross
+Memory Attach: ``process_vm_readv``, as MPICH and Open MPI move large messages between
+processes).  Pure step machines, like the others.
+
+The staged programs of algorithms/shm.py copy each block twice (into the owner's slot,
+out of it); these copy it once, with a fixed number of flag rounds however large the
+message: each rank publishes its buffers' addresses (``Publish``) with READY, reads what
+it needs from its peers', then signals CONSUMED and waits until every peer consumed
+too, so that no peer still reads a buffer the caller gets back.  One epoch, no slot:
+nothing is chunked.
+
+Reductions read each peer's contribution to this rank's part into scratch and reduce
+it there with their own (each part of the result reduced by exactly one rank, sources in
+rank order from its own, as in algorithms/shm.py: every rank holds the same bits);
+allreduce then reads the other parts, reduced, from their owners' receive buffers.
+
+Every rank signals READY and CONSUMED at the epoch whatever its role: the staged programs
+after this one wait on both counters of every peer.
+"""
+from __future__ import annotations
+
+from .primitives import (CONSUMED, PEER, READY, RECV, REDUCED, SCRATCH, SEND, Copy, Publish,
+                         ReduceN, Region, Signal, WaitFlags, partition)
+from .spec import Spec
+
+E = 1   # the only epoch
+
+
+def _others(spec: Spec) -> tuple:
+    return tuple(q for q in range(spec.size) if q != spec.rank)
+
+
+def _peer(q: int, buf: int, off: int, n: int) -> Region:
+    return Region((PEER, q, buf), off, n)
+
+
+def _finish(peers: tuple):
+    yield Signal(CONSUMED, E)
+    yield WaitFlags(CONSUMED, E, peers)     # nobody reads my buffers after I return
+
+
+def allgather(spec: Spec):
+    """Block q of the result is read from rank q's input (in place: from block q of its
+    receive buffer, which nobody writes meanwhile)."""
+    r, m = spec.rank, spec.count
+    peers = _others(spec)
+    mine = RECV if spec.inplace else SEND
+    yield Publish(mine)
+    yield Signal(READY, E)
+    if not spec.inplace:
+        yield Copy(Region(RECV, r * m, m), Region(SEND, 0, m))
+    yield WaitFlags(READY, E, peers)
+    for q in peers:
+        yield Copy(Region(RECV, q * m, m), _peer(q, mine, q * m if spec.inplace else 0, m))
+    yield from _finish(peers)
+
+
+def alltoall(spec: Spec):
+    """Block r of rank q's input is read straight into block q of rank r's output.  In
+    place, the input is copied aside first (locally) and published from there: each
+    rank overwrites the blocks its peers are reading."""
+    r, n, m = spec.rank, spec.size, spec.count
+    peers = _others(spec)
+    src = SCRATCH if spec.inplace else SEND
+    if spec.inplace:
+        yield Copy(Region(SCRATCH, 0, n * m), Region(SEND, 0, n * m))
+    yield Publish(src)
+    yield Signal(READY, E)
+    if not spec.inplace:
+        yield Copy(Region(RECV, r * m, m), Region(SEND, r * m, m))
+    yield WaitFlags(READY, E, peers)
+    for q in peers:
+        yield Copy(Region(RECV, q * m, m), _peer(q, src, r * m, m))
+    yield from _finish(peers)
+
+
+def broadcast(spec: Spec):
+    """Every rank but the root reads the root's buffer (the root's data is in its RECV)."""
+    r, root = spec.rank, spec.root
+    if r == root:
+        yield Publish(RECV)
+    yield Signal(READY, E)
+    if r == root:
+        yield Signal(CONSUMED, E)
+        yield WaitFlags(CONSUMED, E, _others(spec))
+    else:
+        yield WaitFlags(READY, E, (root,))
+        yield Copy(Region(RECV, 0, spec.count), _peer(root, RECV, 0, spec.count))
+        yield Signal(CONSUMED, E)
+
+
+def _reduce_mine(spec: Spec, lo: int, length: int, dst: Region):
+    """dst = this rank's input at ``lo`` (op) every peer's, in rank order from its own:
+    the peers' read into scratch first, one region each."""
+    peers = _others(spec)
+    srcs = [Region(SEND, lo, length)]
+    for i, q in enumerate(peers):
+        yield Copy(Region(SCRATCH, i * length, length), _peer(q, SEND, lo, length))
+        srcs.append(Region(SCRATCH, i * length, length))
+    yield ReduceN(dst, tuple(srcs), spec.size if spec.avg else 0)
+
+
+def allreduce(spec: Spec):
+    """Each rank reduces its part (peers' contributions read from their inputs), then
+    reads the other parts from their owners' results.  In place too: a peer's part of my
+    buffer is read (as input) before my REDUCED, and overwritten (with its result) only
+    after it."""
+    r, n, count = spec.rank, spec.size, spec.count
+    peers = _others(spec)
+    parts = partition(count, n)
+    po, pl = parts[r]
+    yield Publish(SEND)
+    yield Publish(RECV)
+    yield Signal(READY, E)
+    yield WaitFlags(READY, E, peers)
+    if pl:
+        yield from _reduce_mine(spec, po, pl, Region(RECV, po, pl))
+    yield Signal(REDUCED, E)
+    yield WaitFlags(REDUCED, E, peers)
+    for q in peers:
+        qo, ql = parts[q]
+        if ql:
+            yield Copy(Region(RECV, qo, ql), _peer(q, RECV, qo, ql))
+    yield from _finish(peers)
+
+
+def reduce_scatter(spec: Spec):
+    """Block r of the result: this rank's block r (op) every peer's, read from their
+    inputs; one flag round to read, one to release."""
+    r, m = spec.rank, spec.count
+    peers = _others(spec)
+    yield Publish(SEND)
+    yield Signal(READY, E)
+    yield WaitFlags(READY, E, peers)
+    if m:
+        yield from _reduce_mine(spec, r * m, m, Region(RECV, 0, m))
+    yield from _finish(peers)

@@ -1,0 +1,76 @@
+"""Single-copy reads of another process's memory on the same node: Linux Cross Memory
+Attach (``process_vm_readv``), as MPICH and Open MPI move large messages between ranks.
+
+A peer's ordinary NumPy buffer is read where it lies, in the peer's process, straight
+into this rank's buffer: one copy, made by the kernel, where staging through node-shared
+memory makes two (algorithms/cma.py).  The kernel allows it where this process may
+ptrace the peer (same user; Yama's ptrace_scope 0, or 1 with the peer a descendant);
+containers often forbid it (seccomp, separate PID namespaces).  ``create`` in
+transport/shm.py therefore probes it between every pair of a node's ranks when a
+communicator's shared memory is set up, and the single-copy candidates run only where
+every rank could read every peer (``ShmArea.cma``).
+
+The C executor (engine/_native.c) makes the same system call itself; ``read`` here
+serves the Python executor and the probe.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+def _bind():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.process_vm_readv
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_ssize_t
+    fn.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
+                   ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
+    return fn
+
+
+_readv = _bind()
+
+# what every rank offers its peers to read at the probe (kept alive for the process)
+_TOKEN = ctypes.create_string_buffer(b"hpccoll cross-memory probe", 32)
+
+
+def token() -> tuple:
+    """(pid, address) of this process's probe bytes, for the peers' ``probe``."""
+    return os.getpid(), ctypes.addressof(_TOKEN)
+
+
+def read(pid: int, dst: int, src: int, nbytes: int) -> None:
+    """Copy ``nbytes`` from address ``src`` of process ``pid`` to address ``dst`` here;
+    OSError where the kernel refuses (the whole transfer or nothing is the caller's)."""
+    if _readv is None:
+        raise OSError("process_vm_readv is not available here")
+    done = 0
+    while done < nbytes:     # the kernel may stop short (a page boundary): go on from there
+        local = _IoVec(dst + done, nbytes - done)
+        remote = _IoVec(src + done, nbytes - done)
+        got = _readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        if got <= 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"process_vm_readv from process {pid}: {os.strerror(err)}")
+        done += got
+
+
+def probe(pid: int, address: int) -> bool:
+    """Whether this process may read the probe bytes process ``pid`` offered (``token``)."""
+    buf = ctypes.create_string_buffer(len(_TOKEN))
+    try:
+        read(pid, ctypes.addressof(buf), address, len(_TOKEN))
+    except OSError:
+        return False
+    return buf.raw == _TOKEN.raw

@@ -1,0 +1,172 @@
+"""The single-copy step machines (algorithms/cma.py) under the step simulator: exact
+results however the ranks interleave, inputs untouched, and no rank reads a peer's
+buffer before the peer published it or after the peer's program returned it
+(tests/stepsim.py asserts both)."""
+import numpy as np
+import pytest
+
+from hpccoll.algorithms import cma
+from hpccoll.algorithms.primitives import RECV, SEND, Publish, WaitFlags
+from hpccoll.algorithms.spec import Spec
+from tests import stepsim
+
+SIZES = [2, 3, 4, 5]
+SEEDS = range(6)
+
+
+def programs(fn, coll, n, count, inplace=False, root=0):
+    return [type("P", (), {"steps": tuple(fn(Spec(coll, r, n, count, inplace=inplace,
+                                                   root=root)))})() for r in range(n)]
+
+
+def data(n, length, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-5, 6, length).astype(np.int64) for _ in range(n)]
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_allgather(n, inplace):
+    for m in (0, 1, 11):
+        for seed in SEEDS:
+            xs = data(n, m, seed=m + seed)
+            progs = programs(cma.allgather, "allgather", n, m, inplace=inplace)
+            bufs = []
+            for r, x in enumerate(xs):
+                recv = np.full(n * m, 99, np.int64)
+                if inplace:
+                    recv[r * m:(r + 1) * m] = x
+                    bufs.append([recv[r * m:(r + 1) * m], recv, None])
+                else:
+                    bufs.append([x.copy(), recv, None])
+            stepsim.run(progs, bufs, seed=seed, base=3 * seed)
+            for r in range(n):
+                np.testing.assert_array_equal(bufs[r][RECV], np.concatenate(xs),
+                                              err_msg=f"rank {r} m {m} seed {seed}")
+                if not inplace:
+                    np.testing.assert_array_equal(bufs[r][SEND], xs[r])
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_alltoall(n, inplace):
+    """In place, each rank reads its peers' copies in their scratch while they overwrite
+    their own buffers (garbage in the scratch to start with)."""
+    for m in (0, 1, 7):
+        for seed in SEEDS:
+            xs = data(n, n * m, seed=m + n + seed)
+            progs = programs(cma.alltoall, "alltoall", n, m, inplace=inplace)
+            bufs = []
+            for x in xs:
+                if inplace:
+                    b = x.copy()
+                    bufs.append([b, b, np.full(n * m, 77, np.int64)])
+                else:
+                    bufs.append([x.copy(), np.full(n * m, 99, np.int64), None])
+            stepsim.run(progs, bufs, seed=seed)
+            for r in range(n):
+                want = np.concatenate([xs[q][r * m:(r + 1) * m] for q in range(n)])
+                np.testing.assert_array_equal(bufs[r][RECV], want, err_msg=f"rank {r} m {m}")
+                if not inplace:
+                    np.testing.assert_array_equal(bufs[r][SEND], xs[r])
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_broadcast(n):
+    for count in (0, 1, 23):
+        for root in range(n):
+            for seed in SEEDS[:3]:
+                xs = data(n, count, seed=count + root + seed)
+                progs = programs(cma.broadcast, "broadcast", n, count, root=root)
+                bufs = []
+                for r, x in enumerate(xs):
+                    buf = x.copy() if r == root else np.full(count, 99, np.int64)
+                    bufs.append([buf, buf, None])
+                stepsim.run(progs, bufs, seed=seed)
+                for r in range(n):
+                    np.testing.assert_array_equal(bufs[r][RECV], xs[root],
+                                                  err_msg=f"rank {r} root {root}")
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_allreduce(n, inplace, op):
+    """Counts smaller than the rank count too (parts of 0 elements)."""
+    for count in (0, 1, 3, 50):
+        for seed in SEEDS:
+            xs = data(n, count, seed=count + seed)
+            progs = [type("P", (), {"steps": tuple(cma.allreduce(Spec(
+                "allreduce", r, n, count, inplace=inplace)))})() for r in range(n)]
+            bufs = []
+            for x in xs:
+                send = x.copy()
+                recv = send if inplace else np.full(count, 99, np.int64)
+                bufs.append([send, recv, np.full(n * count, 77, np.int64)])
+            stepsim.run(progs, bufs, op=op, seed=seed, base=seed)
+            want = xs[0].copy()
+            for x in xs[1:]:
+                want = np.add(want, x) if op == "sum" else np.maximum(want, x)
+            for r in range(n):
+                np.testing.assert_array_equal(bufs[r][RECV], want, err_msg=f"rank {r} {count}")
+                if not inplace:
+                    np.testing.assert_array_equal(bufs[r][SEND], xs[r])
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_reduce_scatter(n, inplace):
+    for m in (0, 1, 9):
+        for seed in SEEDS:
+            xs = data(n, n * m, seed=m + seed)
+            progs = [type("P", (), {"steps": tuple(cma.reduce_scatter(Spec(
+                "reduce_scatter", r, n, m, inplace=inplace)))})() for r in range(n)]
+            bufs = []
+            for r, x in enumerate(xs):
+                send = x.copy()
+                recv = send[r * m:(r + 1) * m] if inplace else np.full(m, 99, np.int64)
+                bufs.append([send, recv, np.full(n * m, 77, np.int64)])
+            stepsim.run(progs, bufs, seed=seed)
+            total = np.sum(xs, axis=0)
+            for r in range(n):
+                np.testing.assert_array_equal(bufs[r][RECV], total[r * m:(r + 1) * m])
+
+
+def test_avg_divides_once_by_the_rank_count():
+    n, count = 3, 7
+    xs = [np.arange(count, dtype=np.float64) * (r + 1) for r in range(n)]
+    progs = [type("P", (), {"steps": tuple(cma.allreduce(Spec(
+        "allreduce", r, n, count, avg=True)))})() for r in range(n)]
+    bufs = [[x.copy(), np.zeros(count), np.zeros(n * count)] for x in xs]
+    stepsim.run(progs, bufs, op="sum")
+    for r in range(n):
+        np.testing.assert_allclose(bufs[r][RECV], np.mean(xs, axis=0))
+
+
+@pytest.mark.parametrize("fn,coll", [(cma.allgather, "allgather"), (cma.alltoall, "alltoall"),
+                                     (cma.allreduce, "allreduce"),
+                                     (cma.reduce_scatter, "reduce_scatter")])
+def test_every_rank_publishes_first_and_waits_for_every_reader_last(fn, coll):
+    """The buffer a rank publishes stays its caller's only after every peer consumed it."""
+    n = 4
+    for r in range(n):
+        steps = list(fn(Spec(coll, r, n, 8)))
+        assert isinstance(steps[0], Publish)
+        assert steps[-1] == WaitFlags(cma.CONSUMED, cma.E, tuple(q for q in range(n) if q != r))
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_rank_signals_both_counters_to_the_epoch(n):
+    """A staged program after this one waits until every peer's CONSUMED (and, reading a
+    slot, READY) reached the epochs before its own: every rank signals both, roots and
+    in-place forms included (a broadcast root that never signalled CONSUMED hung the
+    next staged collective on its communicator)."""
+    for fn, coll in [(cma.allgather, "allgather"), (cma.alltoall, "alltoall"),
+                     (cma.broadcast, "broadcast"), (cma.allreduce, "allreduce"),
+                     (cma.reduce_scatter, "reduce_scatter")]:
+        for root in range(n):
+            for inplace in (False, True):
+                for r in range(n):
+                    steps = list(fn(Spec(coll, r, n, 4, root=root, inplace=inplace)))
+                    signalled = {(p.flag, p.epoch) for p in steps if type(p).__name__ == "Signal"}
+                    assert {(cma.READY, cma.E), (cma.CONSUMED, cma.E)} <= signalled, (coll, r)
