@@ -21,7 +21,7 @@ after this one wait on both counters of every peer.
 from __future__ import annotations
 
 from .primitives import (CONSUMED, PEER, READY, RECV, REDUCED, SCRATCH, SEND, Copy, Publish,
-                         ReduceN, Region, Signal, WaitFlags, partition)
+                         ReduceN, Region, Signal, WaitFlags, chunk_ranges, partition)
 from .spec import Spec
 
 E = 1   # the only epoch
@@ -92,13 +92,16 @@ def broadcast(spec: Spec):
 
 def _reduce_mine(spec: Spec, lo: int, length: int, dst: Region):
     """dst = this rank's input at ``lo`` (op) every peer's, in rank order from its own:
-    the peers' read into scratch first, one region each."""
+    chunk by chunk (``spec.chunk``: a staging slot's size), the peers' chunks read into
+    scratch, one region each, and reduced while they are still in the cache (16 MiB at
+    2 ranks, alternating jobs: 4.8-5.5 ms against 7.0-8.2 reading the whole half first)."""
     peers = _others(spec)
-    srcs = [Region(SEND, lo, length)]
-    for i, q in enumerate(peers):
-        yield Copy(Region(SCRATCH, i * length, length), _peer(q, SEND, lo, length))
-        srcs.append(Region(SCRATCH, i * length, length))
-    yield ReduceN(dst, tuple(srcs), spec.size if spec.avg else 0)
+    for c, (o, k) in enumerate(chunk_ranges(length, spec.chunk)):
+        srcs = [Region(SEND, lo + o, k)]
+        for i, q in enumerate(peers):
+            yield Copy(Region(SCRATCH, i * k, k), _peer(q, SEND, lo + o, k))
+            srcs.append(Region(SCRATCH, i * k, k))
+        yield ReduceN(Region(dst.buf, dst.off + o, k), tuple(srcs), spec.size if spec.avg else 0)
 
 
 def allreduce(spec: Spec):

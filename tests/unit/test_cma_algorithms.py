@@ -93,11 +93,11 @@ def test_broadcast(n):
 @pytest.mark.parametrize("op", ["sum", "max"])
 def test_allreduce(n, inplace, op):
     """Counts smaller than the rank count too (parts of 0 elements)."""
-    for count in (0, 1, 3, 50):
+    for count, chunk in ((0, 4), (1, 4), (3, 4), (50, 7), (50, 1 << 18)):
         for seed in SEEDS:
             xs = data(n, count, seed=count + seed)
             progs = [type("P", (), {"steps": tuple(cma.allreduce(Spec(
-                "allreduce", r, n, count, inplace=inplace)))})() for r in range(n)]
+                "allreduce", r, n, count, chunk=chunk, inplace=inplace)))})() for r in range(n)]
             bufs = []
             for x in xs:
                 send = x.copy()
@@ -116,11 +116,11 @@ def test_allreduce(n, inplace, op):
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("inplace", [False, True])
 def test_reduce_scatter(n, inplace):
-    for m in (0, 1, 9):
+    for m, chunk in ((0, 4), (1, 4), (9, 4), (9, 1 << 18)):
         for seed in SEEDS:
             xs = data(n, n * m, seed=m + seed)
             progs = [type("P", (), {"steps": tuple(cma.reduce_scatter(Spec(
-                "reduce_scatter", r, n, m, inplace=inplace)))})() for r in range(n)]
+                "reduce_scatter", r, n, m, chunk=chunk, inplace=inplace)))})() for r in range(n)]
             bufs = []
             for r, x in enumerate(xs):
                 send = x.copy()
