@@ -137,8 +137,10 @@ def measure_comm(comm, sizes, collectives, buffers, rounds: int, round_s: float,
                     builtin = timer.algo(coll, send, recv)
                     key = shape + (coll, kind)
                     if kind == "registered" and builtin not in algorithms.SHM_ALGOS:
-                        # registered buffers change nothing here
-                        picks.setdefault(key, []).append((msg, host.get((coll, msg), builtin)))
+                        # registered buffers change nothing here (but single copy never
+                        # takes them: peers read them in place already)
+                        pick = host.get((coll, msg), builtin)
+                        picks.setdefault(key, []).append((msg, builtin if pick == "cma" else pick))
                         timer.use(coll, None)
                         continue
                     cands = []
