@@ -185,3 +185,16 @@ def test_a_refused_read_fails_the_collective_on_every_rank(mpi_world):
             comm.barrier()
         np.testing.assert_array_equal(ctx.world.allreduce(np.ones(2)).wait(timeout=30),
                                       np.full(2, ctx.size))
+
+
+def test_empty_messages(cctx):
+    """Nothing to read: every collective still completes on every rank (flags only)."""
+    comm = forced(cctx)
+    x = np.empty(0, np.int32)
+    for _ in range(3):
+        for coll in ("alltoall", "allgather", "allreduce", "reduce_scatter"):
+            assert getattr(comm, coll)(x).wait(timeout=30).shape == (0,)
+        comm.alltoall(x, x).wait(timeout=30)
+        assert comm.broadcast(np.empty(0, np.int32), root=comm.size - 1).wait(timeout=30).shape == (0,)
+    assert {a for _, a in algos(cctx)} == {"cma"}
+    comm.free()
