@@ -1,7 +1,8 @@
 """Every candidate algorithm of a collective, forced one at a time, against MPI's own
 blocking and nonblocking calls: the same send and receive buffers for all (MPI's copies
 depend on where its buffers sit, docs/performance.md "Copies"), interleaved iteration by
-iteration, medians of the slowest rank, float32 sum, microseconds:
+iteration, medians of the slowest rank, float32 sum, microseconds; every candidate's
+result is checked against MPI's own first ("ok" ends the row):
 
     mpiexec -n 2 python scripts/bench_candidates.py --collectives alltoall,allreduce --sizes 1M,16M
 
@@ -25,12 +26,13 @@ from hpccoll.timing import human_bytes, parse_bytes
 CANDIDATES = ("cma", "shm", "mpi")
 
 
-def buffers(coll: str, nbytes: int, size: int):
+def buffers(coll: str, nbytes: int, size: int, rank: int):
+    """(send, recv): small integers that differ by rank and position (sums stay exact)."""
     per = max(1, nbytes // 4 // (size if coll in ("allgather", "alltoall", "reduce_scatter")
                                  else 1))
     send_n = {"alltoall": size * per, "reduce_scatter": size * per}.get(coll, per)
     recv_n = {"allgather": size * per, "alltoall": size * per}.get(coll, per)
-    send = np.ones(send_n, np.float32)
+    send = ((np.arange(send_n) + 3 * rank) % 7).astype(np.float32)
     return send, (send if coll == "broadcast" else np.empty(recv_n, np.float32))
 
 
@@ -67,19 +69,30 @@ def main(argv=None) -> int:
         if world.rank == 0:
             print(f"# {world.size} ranks; us per call, medians of the slowest rank; "
                   "(algorithm that ran)")
+        wrong = False
         for coll in colls:
             for nbytes in sizes:
-                send, recv = buffers(coll, nbytes, world.size)
+                ok = True
+                send, recv = buffers(coll, nbytes, world.size, world.rank)
                 block, nonblock = theirs(mcomm, coll, send, recv)
+                original = send.copy()
+                block()
+                want = recv.copy()                  # MPI's result
                 fns = {"MPI blocking": block, "MPI nonblocking": nonblock}
                 ran = {}
                 for c, comm in comms.items():
                     comm._state.prefer = {coll: c}
                     comm._state.plans.clear()
                     fns[c] = ours(comm, coll, send, recv)
-                    fns[c]()        # plan, warm; what ran (the table's choice where c cannot)
+                    if coll == "broadcast" and world.rank:
+                        recv[:] = -1
+                    else:
+                        recv[:] = -1 if recv is not send else original
+                    fns[c]()        # plan, warm, checked; what ran (the table's choice
+                    ok &= bool(np.array_equal(recv, want))       # where c cannot)
                     ran[c] = ",".join(sorted({p.algo for k, p in comm._state.plans.items()
                                               if k[0] == coll}))
+                ok = world.allreduce(ok, op=MPI.LAND)
                 times = {k: [] for k in fns}
                 for _ in range(args.iters):
                     for k, fn in fns.items():
@@ -90,9 +103,11 @@ def main(argv=None) -> int:
                 if world.rank == 0:
                     cells = [f"{k}{'(' + ran[k] + ')' if k in ran else ''} "
                              f"{np.median(v) * 1e6:.1f}" for k, v in times.items()]
-                    print(f"{coll:<15}{human_bytes(nbytes):>8}  " + "  ".join(cells), flush=True)
+                    print(f"{coll:<15}{human_bytes(nbytes):>8}  " + "  ".join(cells)
+                          + ("  ok" if ok else "  WRONG"), flush=True)
+                wrong |= not ok
         mcomm.Free()
-    return 0
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

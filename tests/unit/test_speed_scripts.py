@@ -47,3 +47,14 @@ def test_floor_small_checks_every_row():
     for line in ("MPI Iallreduce + Waitall", "MPI persistent Start + Test", "stripped hpccoll",
                  "hpccoll "):
         assert line in proc.stdout, proc.stdout
+
+
+def test_bench_candidates_checks_every_row():
+    proc = launch.run(2, [str(SCRIPTS / "bench_candidates.py"), "--iters", "1", "--sizes",
+                          "1K,256K", "--collectives",
+                          "allreduce,allgather,alltoall,reduce_scatter,broadcast"], timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if not line.startswith("#")]
+    assert len(rows) == 10, proc.stdout
+    assert all(line.endswith(" ok") for line in rows), proc.stdout
+    assert "cma(cma)" in proc.stdout and "shm(shm)" in proc.stdout
