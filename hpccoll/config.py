@@ -220,7 +220,9 @@ SETTINGS: tuple[Setting, ...] = (
             "the sizes of allgather, alltoall and broadcast where that beats staging "
             "through node-shared memory and the MPI library's own collective.  Probed when "
             "a communicator is made: used only where every rank of the node may read every "
-            "other (same user, ptrace allowed; containers often forbid it)."),
+            "other (same user, ptrace allowed; containers often forbid it).  Where Yama's "
+            "ptrace_scope is 1 (Ubuntu's default) each rank lets processes of its user read "
+            "it (prctl PR_SET_PTRACER_ANY, as Open MPI does); off: it does not."),
     Setting("shm_slot_bytes", int, 512 << 10,
             "Size of each staging slot in a rank's shared segment; a message moves one slot per "
             "step (every step is a point where the collective can be suspended).  Chunks "

@@ -4,8 +4,11 @@ Attach (``process_vm_readv``), as MPICH and Open MPI move large messages between
 A peer's ordinary NumPy buffer is read where it lies, in the peer's process, straight
 into this rank's buffer: one copy, made by the kernel, where staging through node-shared
 memory makes two (algorithms/cma.py).  The kernel allows it where this process may
-ptrace the peer (same user; Yama's ptrace_scope 0, or 1 with the peer a descendant);
-containers often forbid it (seccomp, separate PID namespaces).  ``create`` in
+ptrace the peer: same user, and under Yama's ptrace_scope 1 (Ubuntu's default) only a
+process's ancestors, or whom it named, while an MPI job's ranks are siblings; so each
+rank names any process (``allow_peers``: prctl PR_SET_PTRACER_ANY, as Open MPI does for
+its own single copy; the user checks still apply).  Containers often forbid it anyway
+(seccomp, separate PID namespaces), and Yama 2 or 3 does.  ``create`` in
 transport/shm.py therefore probes it between every pair of a node's ranks when a
 communicator's shared memory is set up, and the single-copy candidates run only where
 every rank could read every peer (``ShmArea.cma``).
@@ -40,6 +43,25 @@ def _bind():
 
 
 _readv = _bind()
+PR_SET_PTRACER = 0x59616D61            # linux/prctl.h (Yama)
+PR_SET_PTRACER_ANY = ctypes.c_ulong(-1).value
+_allowed = False
+
+
+def allow_peers() -> None:
+    """Let the job's other ranks read this process where Yama's ptrace_scope 1 would
+    refuse siblings (once per process; where Yama is absent prctl says EINVAL: nothing
+    to do, and nothing is lost where it fails)."""
+    global _allowed
+    if _allowed or not sys.platform.startswith("linux"):
+        return
+    _allowed = True
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.prctl(ctypes.c_int(PR_SET_PTRACER), ctypes.c_ulong(PR_SET_PTRACER_ANY),
+                   ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    except (OSError, AttributeError):
+        pass
 
 # what every rank offers its peers to read at the probe (kept alive for the process)
 _TOKEN = ctypes.create_string_buffer(b"hpccoll cross-memory probe", 32)

@@ -202,6 +202,8 @@ def create(comm, world_ranks, node_of, settings, fence_of) -> Optional[dict]:
         except OSError as exc:
             error = f"{shm_dir()}: {exc.strerror or exc}"
     # (each rank's probe bytes ride along: transport/cma.py)
+    if settings.cma:
+        cma.allow_peers()
     made = comm.allgather((path, error, cma.token()))
     errors = [e for _, e, _ in made if e]
     readable = False
