@@ -365,14 +365,21 @@ def test_programs_left_to_python(contexts, mpi_world):
     c = on.world.dup(name="p-left")
     try:
         xs = [np.full(8192, r + i, np.int64) for i in range(3)]
-        for _ in range(2):
+        held = 0
+        for _ in range(4):
             before = program_counts()[0]
             works = [c.allreduce(x) for x in xs]     # the 2nd and 3rd: slots held
             took = program_counts()[0] - before
-            assert took <= 1, took
-            assert not works[1].loose and not works[2].loose
+            # (on a loaded node this rank's engine may have run the first to its end, with
+            # its peers, before the second was issued: then nothing was held, and the
+            # second rightly took the C route; a first still pending now was pending then)
+            if not works[0].finished:
+                held += 1
+                assert took <= 1, took
+                assert not works[1].loose and not works[2].loose
             for i, w in enumerate(works):
                 np.testing.assert_array_equal(w.wait(), np.full(8192, n * (n - 1) // 2 + n * i))
+        assert held, "the first collective completed before the next was issued, every time"
     finally:
         c.free()
     # (a context of its own: registered memory stays until its context closes)
