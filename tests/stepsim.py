@@ -23,6 +23,40 @@ class Deadlock(AssertionError):
     pass
 
 
+class Steps:
+    """What ``run`` needs of a Program: its steps."""
+
+    def __init__(self, steps):
+        self.steps = tuple(steps)
+
+
+def programs(fn, coll, n, count, **spec):
+    """Every rank's program of step machine ``fn`` (further Spec fields as keywords)."""
+    from hpccoll.algorithms.spec import Spec
+    return [Steps(fn(Spec(coll, r, n, count, **spec))) for r in range(n)]
+
+
+def data(n, length, seed, dtype=np.int64):
+    """n ranks' inputs of small integers (exact whatever the reduction order)."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-5, 6, length).astype(dtype) for _ in range(n)]
+
+
+def allgather_buffers(xs, m, inplace):
+    """[send, recv, scratch] of each rank of an allgather of blocks ``xs`` (m each),
+    garbage in the receive buffers; in place, each input is its block of the output."""
+    n = len(xs)
+    bufs = []
+    for r, x in enumerate(xs):
+        recv = np.full(n * m, 99, x.dtype)
+        if inplace:
+            recv[r * m:(r + 1) * m] = x
+            bufs.append([recv[r * m:(r + 1) * m], recv, None])
+        else:
+            bufs.append([x.copy(), recv, None])
+    return bufs
+
+
 class _Op:
     __slots__ = ("rank", "region", "done", "snapshot")
 

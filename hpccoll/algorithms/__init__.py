@@ -166,20 +166,21 @@ def _cma(c: Choice) -> bool:
 def _cma_exchange(c: Choice) -> bool:
     """alltoall: single copy (algorithms/cma.py) above where shared memory run in C keeps
     it (``_c_exchange``).  Against MPI's own run for hpccoll, the same buffers for every
-    contender, medians (2 ranks, four jobs: 1 MiB 136-157 against 137-206 us, 16 MiB
-    2.7-3.5 against 3.2-4.4 ms, 1.2x MPI's blocking call; 4 ranks: 1 MiB 671 against
-    751 us, 16 MiB 7.8 against 10.0 ms).  Staged shared memory copies twice: 1 MiB
-    148-273 us, 16 MiB 3.3-5.3 ms at 2 ranks."""
+    contender, medians (2 ranks, seven jobs: 1 MiB 136-157 against 137-206 us, 16 MiB
+    2.7-5.2 against 3.2-6.3 ms; 4 ranks: 1 MiB 671 against 751 us, 16 MiB 7.8 against
+    10.0 ms).  Staged shared memory copies twice: 1 MiB 148-276 us, 16 MiB 3.3-5.6 ms at
+    2 ranks (docs/performance.md, "Single copy between processes")."""
     return _cma(c) and c.nbytes > _EXCHANGE_C_BYTES
 
 
 def _cma_allreduce(c: Choice) -> bool:
     """allreduce at 2 ranks from above 4 MiB: each rank reads the peer's half (one copy),
     reduces it with its own, and reads the peer's reduced half, where staged shared
-    memory copies in, reduces and copies out (16 MiB, four jobs: 6.2-7.3 against 7.6-8.0
-    ms, MPI's blocking call 9.7-11.1; 4 MiB even, 1 MiB staged ahead: 470-508 against
-    583-624 us).  At 4 ranks on 2 cores staged stays ahead (16 MiB 16.6 against 19.5 ms):
-    there a calibration may still pick it."""
+    memory copies in, reduces and copies out.  It is the steady one: 16 MiB 4.8-6.5 ms in
+    every job, staged 4.2-5.0 in three and 7.6-8.4 in six by the VM's phase, MPI's
+    blocking call 9.7-12.5; 4 MiB even; 1 MiB staged ahead (251-521 against 403-627 us).
+    At 4 ranks on 2 cores staged stays ahead (16 MiB 16.6 against 19.5 ms): there a
+    calibration may still pick it."""
     return _cma(c) and c.ranks == 2 and c.nbytes > _CMA_REDUCE_BYTES
 
 

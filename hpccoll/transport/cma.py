@@ -28,7 +28,8 @@ class _IoVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
 
-def _bind():
+def _libc():
+    """Linux's C library (None elsewhere, or where it has no process_vm_readv)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -39,10 +40,11 @@ def _bind():
     fn.restype = ctypes.c_ssize_t
     fn.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
                    ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
-    return fn
+    return libc
 
 
-_readv = _bind()
+_LIBC = _libc()
+_readv = _LIBC.process_vm_readv if _LIBC is not None else None
 PR_SET_PTRACER = 0x59616D61            # linux/prctl.h (Yama)
 PR_SET_PTRACER_ANY = ctypes.c_ulong(-1).value
 _allowed = False
@@ -53,15 +55,12 @@ def allow_peers() -> None:
     refuse siblings (once per process; where Yama is absent prctl says EINVAL: nothing
     to do, and nothing is lost where it fails)."""
     global _allowed
-    if _allowed or not sys.platform.startswith("linux"):
+    if _allowed or _LIBC is None:
         return
     _allowed = True
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        libc.prctl(ctypes.c_int(PR_SET_PTRACER), ctypes.c_ulong(PR_SET_PTRACER_ANY),
-                   ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-    except (OSError, AttributeError):
-        pass
+    _LIBC.prctl(ctypes.c_int(PR_SET_PTRACER), ctypes.c_ulong(PR_SET_PTRACER_ANY),
+                ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+
 
 # what every rank offers its peers to read at the probe (kept alive for the process)
 _TOKEN = ctypes.create_string_buffer(b"hpccoll cross-memory probe", 32)

@@ -14,14 +14,7 @@ SIZES = [2, 3, 4, 5]
 SEEDS = range(6)
 
 
-def programs(fn, coll, n, count, inplace=False, root=0):
-    return [type("P", (), {"steps": tuple(fn(Spec(coll, r, n, count, inplace=inplace,
-                                                   root=root)))})() for r in range(n)]
-
-
-def data(n, length, seed):
-    rng = np.random.default_rng(seed)
-    return [rng.integers(-5, 6, length).astype(np.int64) for _ in range(n)]
+programs, data = stepsim.programs, stepsim.data
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -31,14 +24,7 @@ def test_allgather(n, inplace):
         for seed in SEEDS:
             xs = data(n, m, seed=m + seed)
             progs = programs(cma.allgather, "allgather", n, m, inplace=inplace)
-            bufs = []
-            for r, x in enumerate(xs):
-                recv = np.full(n * m, 99, np.int64)
-                if inplace:
-                    recv[r * m:(r + 1) * m] = x
-                    bufs.append([recv[r * m:(r + 1) * m], recv, None])
-                else:
-                    bufs.append([x.copy(), recv, None])
+            bufs = stepsim.allgather_buffers(xs, m, inplace)
             stepsim.run(progs, bufs, seed=seed, base=3 * seed)
             for r in range(n):
                 np.testing.assert_array_equal(bufs[r][RECV], np.concatenate(xs),
@@ -96,8 +82,7 @@ def test_allreduce(n, inplace, op):
     for count, chunk in ((0, 4), (1, 4), (3, 4), (50, 7), (50, 1 << 18)):
         for seed in SEEDS:
             xs = data(n, count, seed=count + seed)
-            progs = [type("P", (), {"steps": tuple(cma.allreduce(Spec(
-                "allreduce", r, n, count, chunk=chunk, inplace=inplace)))})() for r in range(n)]
+            progs = programs(cma.allreduce, "allreduce", n, count, chunk=chunk, inplace=inplace)
             bufs = []
             for x in xs:
                 send = x.copy()
@@ -119,8 +104,8 @@ def test_reduce_scatter(n, inplace):
     for m, chunk in ((0, 4), (1, 4), (9, 4), (9, 1 << 18)):
         for seed in SEEDS:
             xs = data(n, n * m, seed=m + seed)
-            progs = [type("P", (), {"steps": tuple(cma.reduce_scatter(Spec(
-                "reduce_scatter", r, n, m, chunk=chunk, inplace=inplace)))})() for r in range(n)]
+            progs = programs(cma.reduce_scatter, "reduce_scatter", n, m, chunk=chunk,
+                             inplace=inplace)
             bufs = []
             for r, x in enumerate(xs):
                 send = x.copy()
@@ -135,8 +120,7 @@ def test_reduce_scatter(n, inplace):
 def test_avg_divides_once_by_the_rank_count():
     n, count = 3, 7
     xs = [np.arange(count, dtype=np.float64) * (r + 1) for r in range(n)]
-    progs = [type("P", (), {"steps": tuple(cma.allreduce(Spec(
-        "allreduce", r, n, count, avg=True)))})() for r in range(n)]
+    progs = programs(cma.allreduce, "allreduce", n, count, avg=True)
     bufs = [[x.copy(), np.zeros(count), np.zeros(n * count)] for x in xs]
     stepsim.run(progs, bufs, op="sum")
     for r in range(n):

@@ -41,7 +41,7 @@ def test_allow_peers_names_any_process_once(monkeypatch):
             calls.append(tuple(a.value for a in args))
             return -1                              # (EINVAL without Yama: ignored)
 
-    monkeypatch.setattr(cma.ctypes, "CDLL", lambda *a, **k: Libc())
+    monkeypatch.setattr(cma, "_LIBC", Libc())
     monkeypatch.setattr(cma, "_allowed", False)
     cma.allow_peers()
     cma.allow_peers()

@@ -15,9 +15,8 @@ SIZES = [2, 3, 4, 5]
 
 def programs(fn, coll, n, count, chunk, slots=2, registered=False, inplace=False, avg=False,
              root=0):
-    return [type("P", (), {"steps": tuple(fn(Spec(coll, r, n, count, chunk=chunk, slots=slots,
-                                                   registered=registered, inplace=inplace,
-                                                   avg=avg, root=root)))})() for r in range(n)]
+    return stepsim.programs(fn, coll, n, count, chunk=chunk, slots=slots,
+                            registered=registered, inplace=inplace, avg=avg, root=root)
 
 
 def slot_arrays(n, slots, chunk, dtype):
@@ -25,9 +24,7 @@ def slot_arrays(n, slots, chunk, dtype):
     return [[np.full(chunk, 77, dtype) for _ in range(slots)] for _ in range(n)]
 
 
-def data(n, length, seed, dtype=np.int64):
-    rng = np.random.default_rng(seed)
-    return [rng.integers(-5, 6, length).astype(dtype) for _ in range(n)]
+data = stepsim.data
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -138,14 +135,7 @@ def test_allgather(n, registered, inplace):
         xs = data(n, m, seed=m)
         progs = programs(shm.allgather, "allgather", n, m, chunk, registered=registered,
                          inplace=inplace)
-        bufs = []
-        for r, x in enumerate(xs):
-            recv = np.full(n * m, 99, np.int64)
-            if inplace:
-                recv[r * m:(r + 1) * m] = x
-                bufs.append([recv[r * m:(r + 1) * m], recv, None])
-            else:
-                bufs.append([x.copy(), recv, None])
+        bufs = stepsim.allgather_buffers(xs, m, inplace)
         stepsim.run(progs, bufs, seed=m, slots=slot_arrays(n, 2, chunk, np.int64))
         for r in range(n):
             np.testing.assert_array_equal(bufs[r][RECV], np.concatenate(xs) if m else
