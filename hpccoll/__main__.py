@@ -15,8 +15,8 @@ COMMANDS = {
     "tune": ("hpccoll.tuning.cli", "Libra's profile, plan and report of thread-block "
              "allocations (hpccoll-tune)"),
     "slurm": ("hpccoll.slurm", "the checks and stamps the slurm/ templates run"),
-    "config": ("hpccoll.config", "the effective settings and where each came from "
-               "(--markdown: docs)"),
+    "config": ("hpccoll.show_config", "the effective settings and where each came from "
+               "(--all: internal ones too; --markdown: docs)"),
 }
 
 

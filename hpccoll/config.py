@@ -17,6 +17,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from .base.units import parse_size
 from .errors import ArgumentError
 
 
@@ -53,14 +54,7 @@ def _mismatch_mode(value: Any) -> Any:
     return value
 
 
-def _parse_size(text: str) -> int:
-    """Byte counts accept K/M/G suffixes (powers of 1024), like nccl-tests."""
-    t = text.strip().upper().rstrip("B").rstrip("I")
-    mult = 1
-    if t and t[-1] in "KMG":
-        mult = 1024 ** ("KMG".index(t[-1]) + 1)
-        t = t[:-1]
-    return int(float(t) * mult)
+_parse_size = parse_size
 
 
 @dataclass(frozen=True)
@@ -76,6 +70,8 @@ class Setting:
     convert: Optional[Callable[[Any], Any]] = None   # older spellings of a value
     maximum: Optional[float] = None
     rule: Optional[Callable[[Any], Optional[str]]] = None   # what else is wrong, or None
+    public: bool = False      # documented for users; the others: `config --all` only
+    agree: bool = False       # every rank must have the same value (checked at init)
 
     @property
     def env(self) -> str:
@@ -100,9 +96,11 @@ class Setting:
         if self.type in (int, float):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ArgumentError(f"{where}: expected a number, got {value!r}")
-            value = self.type(value)
             if math.isnan(value):       # it compares false with everything: no bound holds
                 raise ArgumentError(f"{where}: expected a number, got nan")
+            if math.isinf(value) and (self.type is int or self.maximum is not None):
+                raise ArgumentError(f"{where}: expected a finite number, got {value!r}")
+            value = self.type(value)
             if self.minimum is not None and value < self.minimum:
                 raise ArgumentError(f"{where}: expected a value >= {self.minimum}, got {value!r}")
             if self.maximum is not None and value > self.maximum:
@@ -133,11 +131,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Scheduling policy of the engine: 'preemptive' (DFCCL: waiting collectives yield), "
             "'ordered' (token-passing global launch order) or 'fifo' (NCCL-like: issue order, run to "
             "completion; may deadlock when ranks issue in different orders).",
-            choices=("preemptive", "ordered", "fifo")),
+            choices=("preemptive", "ordered", "fifo"),
+            public=True, agree=True),
     Setting("timeout", float, None,
             "Seconds without progress after which a pending collective raises CollectiveTimeout on "
             "every stuck rank, with a report of all ranks' pending collectives. None/0 = off.",
-            minimum=0.0, parse=_parse_optional_float, allow_none=True),
+            minimum=0.0, parse=_parse_optional_float, allow_none=True, public=True),
     Setting("max_active", int, None,
             "Collectives hpccoll drives that may hold an execution slot at once, on top of what "
             "they hold (docs/preemption.md). None: no bound beyond real resources -- a "
@@ -146,33 +145,42 @@ SETTINGS: tuple[Setting, ...] = (
             "communicators progress concurrently, as MPI's own nonblocking ones do. 1 models a "
             "GPU whose resources one collective fills (DFCCL): waiting collectives then yield "
             "the slot. fifo runs one at a time unless a bound is given.",
-            minimum=1, allow_none=True, parse=_parse_optional_int),
+            minimum=1, allow_none=True, parse=_parse_optional_int,
+            maximum=1 << 20, public=True, agree=True),
     Setting("spin_threshold", int, 80,
             "Preemptive: base number of polls a waiting collective spins before it yields; the "
-            "threshold is spin_threshold x min(consecutive tries, head_tries).", minimum=1),
+            "threshold is spin_threshold x min(consecutive tries, head_tries).", minimum=1,
+            maximum=1 << 30),
     Setting("stickiness", int, 5,
             "Preemptive: after a wait succeeds after k polls, threshold = max(threshold, "
-            "stickiness x k), so a collective whose peers are active holds on longer.", minimum=0),
+            "stickiness x k), so a collective whose peers are active holds on longer.", minimum=0,
+            maximum=1 << 20),
     Setting("head_tries", int, 5,
             "Preemptive: tries the head of the task queue gets before the daemon moves on.",
-            minimum=1),
+            minimum=1,
+            maximum=1 << 20),
     Setting("idle_polls", int, 16,
             "Polls with no work after which the daemon parks (sleeps until a submission wakes "
-            "it). Polls with no work are spaced by poll_sleep_us.", minimum=0),
+            "it). Polls with no work are spaced by poll_sleep_us.", minimum=0,
+            maximum=1 << 30),
     Setting("chunk_bytes", int, 1 << 20,
             "Pipeline chunk of the large-message algorithms; every chunk boundary is a point where "
-            "a collective can be suspended and resumed.", minimum=1, parse=_parse_size),
+            "a collective can be suspended and resumed.", minimum=1, parse=_parse_size,
+            maximum=1 << 30, agree=True),
     Setting("small_msg_bytes", int, 64 << 10,
             "Messages up to this many bytes use latency-optimal algorithms (recursive doubling, "
             "binomial trees, Bruck); larger ones use pipelined rings and chains.",
-            minimum=0, parse=_parse_size),
+            minimum=0, parse=_parse_size,
+            maximum=1 << 40, agree=True),
     Setting("pipeline_depth", int, 2,
-            "Chunks a pipelined algorithm keeps in flight.", minimum=1),
+            "Chunks a pipelined algorithm keeps in flight.", minimum=1,
+            maximum=64, agree=True),
     Setting("blocks", int, None,
             "Reduction workers per collective when the call passes no blocks=: CUDA thread "
             "blocks for device arrays (None: a size-based rule, at most max_blocks), CPU threads "
             "of the Numba kernels for host arrays (None: NumPy ufuncs, one thread).",
-            minimum=1, allow_none=True, parse=_parse_optional_int, maximum=MAX_BLOCKS),
+            minimum=1, allow_none=True, parse=_parse_optional_int, maximum=MAX_BLOCKS,
+            public=True, agree=True),
     Setting("threads_per_block", int, 256,
             "CUDA threads per block of the reduction and copy kernels: a multiple of 32 (a "
             "warp; any size under Numba's CUDA simulator, whose threads are Python's), at most "
@@ -184,13 +192,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("cuda_aware", str, "auto",
             "Hand device memory to MPI directly ('yes'), stage it through pinned host buffers "
             "('no'), or ask the MPI library (MPIX_Query_cuda_support) ('auto').",
-            choices=("auto", "yes", "no")),
+            choices=("auto", "yes", "no"),
+            public=True),
     Setting("device_host_bytes", int, 64 << 10,
             "Collectives over device arrays up to this size (the whole result), with a dtype "
             "and op the MPI library runs, take one copy to host, the MPI library's own "
             "nonblocking collective on pinned host buffers and one copy back, instead of "
             "hpccoll's own algorithms with a copy per step; 0: never.",
-            minimum=0, parse=_parse_size),
+            minimum=0, parse=_parse_size,
+            maximum=1 << 40, agree=True),
     Setting("mpi_coll_bytes", int, 64 << 10,
             "Order-matched allreduces, reduces, reduce_scatters and barriers (no key) up "
             "to this size (the whole result) on host arrays, with an MPI dtype and op, run as "
@@ -201,7 +211,8 @@ SETTINGS: tuple[Setting, ...] = (
             "outside shm_c_bytes to 512 KiB there (on registered buffers up to 2 MiB). A "
             "calibration (see calibration) replaces these "
             "sizes with measured ones; 0 disables MPI's own collectives altogether.",
-            minimum=0, parse=_parse_size),
+            minimum=0, parse=_parse_size,
+            maximum=1 << 40, agree=True),
     Setting("calibration", str, "auto",
             "Which algorithm each collective uses at each size, measured on this machine by "
             "`hpccoll-tune calibrate`: the calibration file to load (rank 0 reads it, every "
@@ -209,11 +220,13 @@ SETTINGS: tuple[Setting, ...] = (
             "$XDG_CACHE_HOME/hpccoll/calibration.h5 or ~/.cache/hpccoll/calibration.h5, when it "
             "exists), 'init' (measure at init: a few seconds, nothing saved) or 'off' (the "
             "built-in table). Tables measured with another MPI library, or for another number "
-            "of ranks or ranks per node, are not used."),
+            "of ranks or ranks per node, are not used.",
+            public=True),
     Setting("shm", bool, True,
             "Let ranks of a communicator that share a node exchange through node-shared memory "
             "(one file in /dev/shm per communicator and node) for allreduce, reduce_scatter "
-            "and allgather."),
+            "and allgather.",
+            public=True, agree=True),
     Setting("cma", bool, True,
             "Let ranks of one node read each other's ordinary buffers in place, one copy made "
             "by the kernel (Linux Cross Memory Attach, process_vm_readv, as MPICH does), for "
@@ -222,20 +235,24 @@ SETTINGS: tuple[Setting, ...] = (
             "a communicator is made: used only where every rank of the node may read every "
             "other (same user, ptrace allowed; containers often forbid it).  Where Yama's "
             "ptrace_scope is 1 (Ubuntu's default) each rank lets processes of its user read "
-            "it (prctl PR_SET_PTRACER_ANY, as Open MPI does); off: it does not."),
+            "it (prctl PR_SET_PTRACER_ANY, as Open MPI does); off: it does not.",
+            public=True, agree=True),
     Setting("shm_slot_bytes", int, 512 << 10,
             "Size of each staging slot in a rank's shared segment; a message moves one slot per "
             "step (every step is a point where the collective can be suspended).  Chunks "
             "this size stay in the cores' caches between the copy in, the reduction and the "
             "copy out (2 ranks, 16 MiB allreduce on ordinary buffers: 3.3-3.5 ms against "
             "3.8-4.0 with 4 MiB slots; registered buffers and 1 MiB alike).",
-            minimum=4096, parse=_parse_size),
+            minimum=4096, parse=_parse_size,
+            maximum=1 << 30, agree=True),
     Setting("shm_slots", int, 2,
             "Staging slots per rank and communicator (memory: shm_slots x shm_slot_bytes per "
-            "rank per communicator, allocated when the communicator is made).", minimum=1),
+            "rank per communicator, allocated when the communicator is made).", minimum=1,
+            maximum=64, agree=True),
     Setting("shm_min_bytes", int, 64 << 10,
             "Messages from this size on use shared memory (registered buffers always do); "
-            "smaller ones use MPI point-to-point.", minimum=0, parse=_parse_size),
+            "smaller ones use MPI point-to-point.", minimum=0, parse=_parse_size,
+            maximum=1 << 40, agree=True),
     Setting("shm_in_c", bool, True,
             "Run node-shared-memory programs on host arrays in C (hpccoll/engine/_native.c, "
             "built at install where a C compiler is present) where it has their reduction: "
@@ -250,12 +267,14 @@ SETTINGS: tuple[Setting, ...] = (
             "16-64 KiB 0.8-1.8x MPI's own "
             "blocking collective, against 0.5-0.8x through MPI's own nonblocking one; 8 KiB "
             "and below MPI's own stays faster); 0: never.",
-            minimum=0, parse=_parse_size),
+            minimum=0, parse=_parse_size,
+            maximum=1 << 40, agree=True),
     Setting("node_size", int, None,
             "Pretend every node_size consecutive world ranks form a node (tests of the "
             "hierarchical algorithms on one machine); None: nodes as MPI reports them.",
             minimum=1, allow_none=True,
-            parse=_parse_optional_int),
+            parse=_parse_optional_int,
+            maximum=1 << 20, agree=True),
     Setting("check_mismatch", str, "deferred",
             "Ranks that disagree about a collective (type, dtype, count, root, op, buffers, "
             "algorithm) raise the same CollectiveMismatch on every rank, naming ranks, the "
@@ -266,10 +285,12 @@ SETTINGS: tuple[Setting, ...] = (
             "cost per call. 'every': each collective's fingerprint is compared before it "
             "completes (debugging; one more MPI collective per call). 'off': no check. "
             "True/False mean 'deferred'/'off'.",
-            choices=("deferred", "every", "off"), parse=_mismatch_mode, convert=_mismatch_mode),
+            choices=("deferred", "every", "off"), parse=_mismatch_mode, convert=_mismatch_mode,
+            public=True, agree=True),
     Setting("mismatch_every", int, 64,
             "check_mismatch='deferred': the digest rides along with every this-many-th "
-            "order-matched collective of a communicator.", minimum=1),
+            "order-matched collective of a communicator.", minimum=1,
+            maximum=1_000_000, agree=True),
     Setting("mismatch_ms", float, 100.0,
             "check_mismatch='deferred': milliseconds after which a communicator's digest is "
             "compared over the control plane, and after which a wait without progress probes "
@@ -279,18 +300,21 @@ SETTINGS: tuple[Setting, ...] = (
             "failed: communicator, sequence number or key, collective, dtype, count, algorithm, "
             "issue, start and end times). Timeout reports show every rank's newest and how far "
             "each rank got on each communicator; dump_dir writes them to a file. 0: off.",
-            minimum=0),
+            minimum=0,
+            maximum=1_000_000),
     Setting("dump_dir", str, None,
             "Directory where a rank that detects a CollectiveTimeout writes one HDF5 file with "
             "every rank's flight record and pending collectives (a mismatch, or a tool that "
             "aborts the job: this rank's own); "
             "`hpccoll-report FILE` prints where the ranks diverged. None: no file.",
-            allow_none=True, parse=lambda text: text.strip() or None),
+            allow_none=True, parse=lambda text: text.strip() or None,
+            public=True),
     Setting("report_wait", float, 1.0,
             "Seconds a rank that hit the timeout waits for the other ranks' reports.", minimum=0.0),
     Setting("trace", bool, False,
             "Record one entry per completed collective (issue, start and end times, yields with "
-            "their times, counters) for ctx.trace(): HDF5 logs and timeline exports."),
+            "their times, counters) for ctx.trace(): HDF5 logs and timeline exports.",
+            public=True),
     Setting("print_report", bool, True,
             "Print the watchdog report to stderr on every rank whose timeout fires (it is also "
             "in CollectiveTimeout.report)."),
@@ -298,7 +322,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Engine passes without progress before the engine starts to sleep between polls "
             "(sleeping releases the GIL for the application).  Left at its default, it is 0 "
             "on a node whose ranks outnumber the CPUs they may run on (spinning there takes "
-            "the core a peer needs).", minimum=0),
+            "the core a peer needs).", minimum=0,
+            maximum=1 << 30),
     Setting("spin_us", float, 500.0,
             "Microseconds a thread in wait() keeps polling without sleeping, however many "
             "polls find nothing (MPI moves a large message while it is tested; a sleep there "
@@ -309,35 +334,29 @@ SETTINGS: tuple[Setting, ...] = (
             "to another process (sched_yield) before it starts to sleep.  Left at its default, it "
             "is 1000 on a node whose ranks outnumber the CPUs they may run on: there the peer "
             "a wait needs is usually ready to run on this CPU, and a yield runs it at once where "
-            "a sleep leaves the CPU until the timer fires.", minimum=0),
+            "a sleep leaves the CPU until the timer fires.", minimum=0,
+            maximum=1 << 30),
     Setting("poll_sleep_us", float, 100.0,
             "Longest sleep in microseconds between polls while collectives are pending (the sleep "
             "grows from 0 to this; new submissions cut it short).", minimum=0.0),
     Setting("close_timeout", float, 60.0,
             "Seconds close() waits for the other ranks to close before giving up with a warning.",
-            minimum=0.0),
+            minimum=0.0, public=True),
     Setting("express", bool, True,
-            "Preemptive policy: an order-matched collective that the MPI library runs itself "
-            "(mpi_coll_bytes) starts on the calling thread, skipping the engine's queue, when "
-            "its communicator has nothing queued before it (see docs/performance.md)."),
-    Setting("calls_in_c", bool, True,
-            "Issue and complete collectives the MPI library runs itself in C "
-            "(hpccoll/core/_express.c, built at install where a C compiler is present): the "
-            "same steps as the Python path (sequence number, ledger, task, MPI's start; the "
-            "waiter's first spin and the completion), about 2 us less per collective; and "
-            "node-shared-memory programs the C executor runs (shm_in_c), started at issue on "
-            "an idle engine, and the waiter's spin over them and MPI's requests, 2-4 us less "
-            "per collective.  Whatever that path does not cover (the every-64th digest "
-            "check, avg, a busy persistent request, a program whose slots are held, ...) "
-            "takes the Python path, call by call."),
+            "Start a collective on the calling thread when it is issued, where the policy "
+            "allows (preemptive and ordered: those the MPI library runs; preemptive with no "
+            "max_active: shared-memory programs too) and its communicator's previous "
+            "collective has started; off: every collective is queued for the engine."),
     Setting("persistent_bytes", int, 4096,
             "Collectives that run as the MPI library's own (mpi_coll_bytes) up to this many "
             "bytes reuse persistent requests (MPI-4 *_init, started again each call) on staging "
             "buffers of their plan, where MPI has them; 0 disables.", minimum=0,
-            parse=_parse_size),
+            parse=_parse_size,
+            maximum=1 << 30, agree=True),
     Setting("inline_bytes", int, 4096,
             "Collectives up to this size are driven by the calling thread when the engine is idle, "
-            "avoiding the thread hand-off (0 disables).", minimum=0, parse=_parse_size),
+            "avoiding the thread hand-off (0 disables).", minimum=0, parse=_parse_size,
+            maximum=1 << 40),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -408,7 +427,7 @@ def resolve(overrides: Optional[dict] = None, environ: Optional[dict] = None) ->
         elif s.env in environ:
             try:
                 raw = s.from_text(environ[s.env])
-            except ValueError as exc:
+            except (ValueError, OverflowError) as exc:
                 raise ArgumentError(f"environment variable {s.env}: {exc}") from None
             values[s.name] = s.check(raw, f"environment variable {s.env}")
             sources[s.name] = "environment"
@@ -420,17 +439,29 @@ def resolve(overrides: Optional[dict] = None, environ: Optional[dict] = None) ->
     return Settings(values, sources)
 
 
-def describe(settings: Optional[Settings] = None) -> str:
+def describe(settings: Optional[Settings] = None, everything: bool = False) -> str:
+    """The effective settings, one per line: value, where it came from, its environment
+    variable; the internal ones too with ``everything``."""
     settings = settings or resolve()
-    width = max(len(s.name) for s in SETTINGS)
+    shown = [s for s in SETTINGS if s.public or everything]
+    width = max(len(s.name) for s in shown)
     lines = [f"{'setting':<{width}}  {'value':<12} source       environment variable"]
-    for s in SETTINGS:
+    for s in shown:
         lines.append(f"{s.name:<{width}}  {settings.values[s.name]!s:<12} "
                      f"{settings.sources[s.name]:<12} {s.env}")
     return "\n".join(lines)
 
 
-def markdown() -> str:
+def _row(s: Setting) -> str:
+    typ = s.type.__name__ + (" or None" if s.allow_none else "")
+    doc = s.doc + (f" Choices: {', '.join(s.choices)}." if s.choices else "")
+    if s.agree:
+        doc += " The same on every rank."
+    return f"| `{s.name}` | `{s.env}` | {typ} | `{s.default!r}` | {doc} |"
+
+
+def markdown(everything: bool = False) -> str:
+    """docs/config.md: the public settings (``everything``: the internal ones after them)."""
     lines = [
         "# Settings",
         "",
@@ -440,93 +471,44 @@ def markdown() -> str:
         "explicit argument wins over the environment, which wins over the default.",
         "`python -m hpccoll config` prints the effective values and where each came from.",
         "An `HPCCOLL_` variable that is neither a setting nor one of the scripts' own warns once,",
-        "naming the closest setting.",
+        "naming the closest setting.  Settings marked \"the same on every rank\" are compared",
+        "when `init` runs: ranks that differ all raise the same error naming the setting.",
+        "",
+        "Internal settings (algorithm thresholds, the engine's polling, the mismatch check's",
+        "period, ...) tune what the table below does not; `python -m hpccoll config --all`",
+        "lists them with their documentation, and they are passed the same way.",
         "",
         "| name | environment | type | default | description |",
         "|---|---|---|---|---|",
     ]
-    for s in SETTINGS:
-        typ = s.type.__name__ + (" or None" if s.allow_none else "")
-        doc = s.doc + (f" Choices: {', '.join(s.choices)}." if s.choices else "")
-        lines.append(f"| `{s.name}` | `{s.env}` | {typ} | `{s.default!r}` | {doc} |")
+    lines += [_row(s) for s in SETTINGS if s.public]
+    if everything:
+        lines += ["", "## Internal settings", "",
+                  "| name | environment | type | default | description |", "|---|---|---|---|---|"]
+        lines += [_row(s) for s in SETTINGS if not s.public]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Optional[list] = None) -> int:
-    import argparse
-    ap = argparse.ArgumentParser(prog="python -m hpccoll config", description=(
-        "The effective settings (arguments aside): each one's value, where it came from "
-        "(default or environment) and its environment variable."))
-    ap.add_argument("--markdown", action="store_true",
-                    help="print the reference table of docs/config.md instead")
-    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.markdown:
-        sys.stdout.write(markdown())
-    else:
-        settings = resolve()
-        print(describe(settings))
-        print()
-        print("\n".join(algorithm_choice(settings)))
-    return 0
+def agreed(settings: Settings) -> tuple:
+    """The values every rank must share (compared at init), in registry order."""
+    return tuple((s.name, settings.values[s.name]) for s in SETTINGS if s.agree)
 
 
-SHOWN_SIZES = (8, 1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+def disagreement(values_by_rank: list) -> Optional[str]:
+    """Where ranks' ``agreed`` values differ: the first setting, each value and its ranks;
+    None if they all agree."""
+    first = values_by_rank[0]
+    for i, (name, _) in enumerate(first):
+        seen: dict = {}
+        for rank, values in enumerate(values_by_rank):
+            seen.setdefault(repr(values[i][1]), []).append(rank)
+        if len(seen) > 1:
+            parts = "; ".join(f"rank{'s' if len(r) > 1 else ''} {_ranks(r)}: {v}"
+                              for v, r in seen.items())
+            return (f"setting {name} (HPCCOLL_{name.upper()}) must be the same on every rank, "
+                    f"got {parts}")
+    return None
 
 
-def algorithm_choice(settings: Settings) -> list:
-    """Which candidate each collective takes at each size: the calibration's picks, where
-    the ``calibration`` setting names one, and the built-in table (on one node, float32
-    sum, ordinary and registered buffers) for everything it leaves out."""
-    from . import algorithms
-    from .timing import human_bytes
-    from .tuning.calibration import load_setting
-    lines = []
-    value = settings.calibration
-    try:
-        cal, note = load_setting(value, None)
-    except ArgumentError as exc:
-        cal, note = None, f"unreadable: {exc}"
-    if cal:
-        libs = sorted({cal.library} - {""})
-        lines.append(f"calibration: {note}" + (f" (measured with {', '.join(libs)})" if libs
-                                                else ""))
-        lines += cal.table()
-        lines.append("")
-    else:
-        lines.append(f"calibration: {note}")
-    from .engine import code
-    in_c = settings.shm_in_c and code._native is not None
-    c_bytes = settings.shm_c_bytes if in_c else 0
-    where = ("in C" if in_c else "in Python: " + (
-        "hpccoll/engine/_native.c is not built" if settings.shm_in_c else "shm_in_c is off"))
-    from .transport import cma
-    # (between processes it is probed when a communicator is made; here: the call itself)
-    single = settings.cma and bool(settings.shm) and cma.probe(*cma.token())
-    where += ("; single copy (cma) where every rank may read its peers" if single else
-              "; single copy off: " + ("the cma setting" if not settings.cma else
-                                        "process_vm_readv refused here"))
-    lines.append("built-in algorithm table (2 ranks on one node, float32 sum; registered in "
-                 f"parentheses where it differs; shared-memory programs {where}):")
-    lines.append(f"  {'collective':<15}" + "".join(f"{human_bytes(n):>12}" for n in SHOWN_SIZES))
-    for coll in ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall"):
-        cells = []
-        for n in SHOWN_SIZES:
-            picks = [algorithms.select(coll, algorithms.Choice(
-                n, settings.small_msg_bytes, "flat" if settings.shm else "",
-                settings.shm_min_bytes, reg, settings.mpi_coll_bytes, True, "",
-                c_bytes if coll in algorithms.C_SHM_COLLECTIVES else 0, single, 2))
-                # (staged collectives never look at where their buffers live)
-                for reg in ((False,) if coll in algorithms.STAGED else (False, True))]
-            cells.append(picks[0] if picks[0] == picks[-1] else f"{picks[0]}({picks[1]})")
-        lines.append(f"  {coll:<15}" + "".join(f"{c:>12}" for c in cells))
-    from .core import state
-    lines.append("per-call path (collectives the MPI library runs, shared-memory programs in "
-                 "C) " + (
-        "in C" if settings.calls_in_c and state._express is not None else "in Python: " + (
-            "hpccoll/core/_express.c is not built" if settings.calls_in_c
-            else "calls_in_c is off")))
-    return lines
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def _ranks(ranks: list) -> str:
+    return ", ".join(map(str, ranks[:8])) + (" ..." if len(ranks) > 8 else "")

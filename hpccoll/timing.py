@@ -7,6 +7,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .base.units import human_bytes, parse_size  # noqa: F401  (the tools' formatting)
+
 
 def time_interleaved(mpi_comm, fns: Sequence[Callable[[], None]], iters: int, warmup: int = 2):
     """Run each fn ``warmup`` + ``iters`` times, alternating between them every iteration.
@@ -28,13 +30,5 @@ def time_interleaved(mpi_comm, fns: Sequence[Callable[[], None]], iters: int, wa
     return [worst[j] for j in range(k)]
 
 
-def human_bytes(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
-
-
 def parse_bytes(text: str) -> int:
-    from .config import _parse_size
-    return _parse_size(text)
+    return parse_size(text)

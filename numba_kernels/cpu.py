@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpccoll.core import ops as table
+from hpccoll.base import ops as table
 
 from . import ops, registry
 

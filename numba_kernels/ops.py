@@ -3,7 +3,7 @@
 and bfloat16 accumulate in float32 and round once; avg divides each source first)."""
 from __future__ import annotations
 
-from hpccoll.core.ops import CONTRACT_DTYPES, KERNEL_OPS, LOW_PRECISION, OPS, accumulator
+from hpccoll.base.ops import CONTRACT_DTYPES, KERNEL_OPS, LOW_PRECISION, OPS, accumulator
 
 COMBINE = {name: OPS[name].combine for name in KERNEL_OPS}
 DTYPES = CONTRACT_DTYPES

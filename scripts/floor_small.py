@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hpccoll  # noqa: E402
 from hpccoll.chaos import latin_square  # noqa: E402
 from hpccoll.core import validate  # noqa: E402
-from hpccoll.engine.lane import finish_slot, start_slot  # noqa: E402  (initialises MPI)
+from hpccoll.core.plan import PERSISTENT_SLOTS  # noqa: E402  (initialises MPI)
 from hpccoll.engine.task import started  # noqa: E402
+from hpccoll.transport.mpi import finish_slot, start_slot  # noqa: E402
 
 
 class Stripped:
@@ -55,9 +56,11 @@ def stripped(st, sendbuf, recvbuf):
         return None
     with st.lock:
         seq, ledger = st.seq, st.ledger
-        pset = st.persistent(recipe.persist, call)
-        slot = pset.next()
-        if not started(st.last) or (ledger is not None and ledger.due(seq)) or slot.busy:
+        pset = st.persist.get(recipe.persist)
+        if pset is None:       # (made by hpccoll's own first call)
+            return None
+        slot = pset.slots[pset.uses % PERSISTENT_SLOTS]
+        if not started(st._last()) or (ledger is not None and ledger.due(seq)) or slot.busy:
             return None
         st.seq = seq + 1
         pset.uses += 1

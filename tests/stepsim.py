@@ -16,7 +16,7 @@ import numpy as np
 
 from hpccoll.algorithms.primitives import (PEER, PSEND, RECV, SEND, SLOT, Copy, Post, Publish,
                                            Reduce, ReduceN, Scale, Signal, Wait, WaitFlags)
-from hpccoll.engine.reduction import HostOps
+from hpccoll.transport.reduction import HostOps
 
 
 class Deadlock(AssertionError):

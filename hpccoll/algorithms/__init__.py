@@ -3,7 +3,7 @@
 Each family is a module of pure step machines (``ring``, ``tree``, ``doubling``,
 ``pairwise``, ``shm``).  ``TABLE`` lists, per collective, candidates in priority order;
 the first whose predicate holds is used, unless a calibration measured another
-candidate faster for this size (``Choice.prefer``: hpccoll/tuning/calibration.py) and that
+candidate faster for this size (``Choice.prefer``: hpccoll/algorithms/calibration.py) and that
 candidate can run here (``applies``).  The MPI library's own nonblocking collective is
 a row like the others (``mpi``): it has no step machine, because the MPI library runs it
 (hpccoll/engine/lane.py's ``MpiLane``).  Latency-optimal algorithms come first, limited
@@ -20,6 +20,7 @@ from typing import Callable, NamedTuple
 
 from . import cma, doubling, pairwise, ring, shm, tree
 from .primitives import Signal, Wait, WaitFlags, prescaled, scratch_extent
+from ..base.mismatch import ALGO_CODES
 from .spec import COLLECTIVES, Spec
 
 
@@ -236,9 +237,9 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
     "reduce_scatterv": [("ring", _always, ring.reduce_scatterv)],
     "alltoallv": [("pairwise", _always, pairwise.alltoallv)],
 }
-# every algorithm's number, for the mismatch fingerprint (ranks must agree on the algorithm)
-ALGO_CODES = {name: i + 1 for i, name in enumerate(sorted(
-    {name for rows in TABLE.values() for name, _, _ in rows} | {"direct"}))}
+# every algorithm has its number in the mismatch fingerprint (ranks must agree on it)
+_UNNUMBERED = {name for rows in TABLE.values() for name, _, _ in rows} - set(ALGO_CODES)
+assert not _UNNUMBERED, f"algorithms without a fingerprint code (base/mismatch.py): {_UNNUMBERED}"
 SHM_ALGOS = frozenset({"shm", "hier", "cma"})   # programs on the node-shared area's flags
 STAGED = frozenset({"reduce", "broadcast", "alltoall"})   # shared-memory programs that never read peers' buffers
 # step machines that compute an average themselves (ReduceN's divisor); the others get

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-COLLECTIVES = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
-               "barrier", "allgatherv", "reduce_scatterv", "alltoallv")
+from ..base.ops import COLLECTIVES  # noqa: F401  (the step machines' collectives)
 
 
 class Spec(NamedTuple):

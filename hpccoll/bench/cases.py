@@ -47,7 +47,7 @@ def canonical_type(name: str) -> Optional[str]:
 
 
 def numpy_dtype(type_name: str) -> np.dtype:
-    from ..core.ops import DTYPES
+    from ..base.ops import DTYPES
     name = TYPES[type_name]
     if name not in DTYPES:
         raise ValueError(f"{type_name} needs the ml_dtypes package (pip install ml_dtypes)")

@@ -8,10 +8,10 @@ from typing import Optional
 
 import numpy as np
 
+from ..base.work import Work
 from ..errors import ArgumentError, CollectiveTimeout, mpi_failure
 from . import validate
 from .state import CommState
-from .work import Work   # noqa: F401  (what every collective returns)
 
 
 class Communicator:
@@ -110,122 +110,57 @@ class Communicator:
         st.free_mpi()
 
     # -- collectives ---------------------------------------------------------------------
-    # Every method has the same shape, its checks of the state, key and blocks written out
-    # (not shared through a helper): this is the most frequent call of all, and at 8 B
-    # each Python call in it costs as much as MPI's own collective (docs/performance.md,
-    # "per-call cost").  A call on the arrays the last one of its collective had takes the
-    # kept Call (validate.Recent.read: one call either way), and with it, where the C part
-    # is built, the C route of CommState.issue (core/_express.c; None: the Python route).
-    def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
+    # Every method is the same: the arguments read into a Call (validate; a call on the
+    # arrays the last one of its collective had takes the kept Call: validate.Recent),
+    # then the one issue (CommState.issue).
+    def _collective(self, coll: str, check, args: tuple, send, recv, a, b, key, blocks) -> Work:
         st = self._state
         if not st.ok:
             st.usable()
         if key is not None or blocks is not None:
-            key, blocks = self._extras(key, blocks)
+            key, blocks = validate.key_of(key), validate.blocks_of(blocks, self._blocks)
         else:
             blocks = self._blocks
-        call = self._recent["allreduce"].read(validate.allreduce, (st, sendbuf, recvbuf, op),
-                                              sendbuf, recvbuf, op)
-        if key is None and blocks is None and st.cissue is not None:
-            task = st.cissue(st, call)     # the Python route's loose case, in C
-            if task is not None:
-                return task
-            return st.issue(call, None, None, False)
-        return st.issue(call, key, blocks)
+        return st.issue(self._recent[coll].read(check, args, send, recv, a, b), key, blocks)
+
+    def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
+        return self._collective("allreduce", validate.allreduce,
+                                (self._state, sendbuf, recvbuf, op), sendbuf, recvbuf, op, None,
+                                key, blocks)
 
     def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None, blocks=None) -> Work:
-        st = self._state
-        if not st.ok:
-            st.usable()
-        if key is not None or blocks is not None:
-            key, blocks = self._extras(key, blocks)
-        else:
-            blocks = self._blocks
-        call = self._recent["reduce"].read(validate.reduce, (st, sendbuf, recvbuf, op, root),
-                                           sendbuf, recvbuf, op, root)
-        if key is None and blocks is None and st.cissue is not None:
-            task = st.cissue(st, call)     # the Python route's loose case, in C
-            if task is not None:
-                return task
-            return st.issue(call, None, None, False)
-        return st.issue(call, key, blocks)
+        return self._collective("reduce", validate.reduce,
+                                (self._state, sendbuf, recvbuf, op, root), sendbuf, recvbuf, op,
+                                root, key, blocks)
 
     def broadcast(self, buf, root=0, key=None, blocks=None) -> Work:
-        st = self._state
-        if not st.ok:
-            st.usable()
-        if key is not None or blocks is not None:
-            key, blocks = self._extras(key, blocks)
-        else:
-            blocks = self._blocks
-        call = self._recent["broadcast"].read(validate.broadcast, (st, buf, root), buf, buf,
-                                              root)
-        if key is None and blocks is None and st.cissue is not None:
-            task = st.cissue(st, call)     # the Python route's loose case, in C
-            if task is not None:
-                return task
-            return st.issue(call, None, None, False)
-        return st.issue(call, key, blocks)
+        return self._collective("broadcast", validate.broadcast, (self._state, buf, root), buf,
+                                buf, root, None, key, blocks)
 
     def allgather(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
-        st = self._state
-        if not st.ok:
-            st.usable()
-        if key is not None or blocks is not None:
-            key, blocks = self._extras(key, blocks)
-        else:
-            blocks = self._blocks
-        call = self._recent["allgather"].read(validate.allgather, (st, sendbuf, recvbuf),
-                                              sendbuf, recvbuf)
-        if key is None and blocks is None and st.cissue is not None:
-            task = st.cissue(st, call)     # the Python route's loose case, in C
-            if task is not None:
-                return task
-            return st.issue(call, None, None, False)
-        return st.issue(call, key, blocks)
+        return self._collective("allgather", validate.allgather,
+                                (self._state, sendbuf, recvbuf), sendbuf, recvbuf, None, None,
+                                key, blocks)
 
     def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
-        st = self._state
-        if not st.ok:
-            st.usable()
-        if key is not None or blocks is not None:
-            key, blocks = self._extras(key, blocks)
-        else:
-            blocks = self._blocks
-        call = self._recent["reduce_scatter"].read(
-            validate.reduce_scatter, (st, sendbuf, recvbuf, op), sendbuf, recvbuf, op)
-        if key is None and blocks is None and st.cissue is not None:
-            task = st.cissue(st, call)     # the Python route's loose case, in C
-            if task is not None:
-                return task
-            return st.issue(call, None, None, False)
-        return st.issue(call, key, blocks)
+        return self._collective("reduce_scatter", validate.reduce_scatter,
+                                (self._state, sendbuf, recvbuf, op), sendbuf, recvbuf, op, None,
+                                key, blocks)
 
     def alltoall(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
-        st = self._state
-        if not st.ok:
-            st.usable()
-        if key is not None or blocks is not None:
-            key, blocks = self._extras(key, blocks)
-        else:
-            blocks = self._blocks
-        call = self._recent["alltoall"].read(validate.alltoall, (st, sendbuf, recvbuf),
-                                             sendbuf, recvbuf)
-        if key is None and blocks is None and st.cissue is not None:
-            task = st.cissue(st, call)     # the Python route's loose case, in C
-            if task is not None:
-                return task
-            return st.issue(call, None, None, False)
-        return st.issue(call, key, blocks)
+        return self._collective("alltoall", validate.alltoall,
+                                (self._state, sendbuf, recvbuf), sendbuf, recvbuf, None, None,
+                                key, blocks)
 
     def barrier(self, key=None) -> Work:
         st = self._state
         if not st.ok:
             st.usable()
-        if key is not None:
-            key = validate.key_of(key)
-        return st.issue(validate.BARRIER, key, None)
+        return st.issue(validate.BARRIER, None if key is None else validate.key_of(key), None)
 
     def _issue(self, call) -> Work:
         """A call validated elsewhere (the mpi4py adapter): un-keyed, default blocks."""
-        return self._ready().issue(call, None, self._blocks)
+        st = self._state
+        if not st.ok:
+            st.usable()
+        return st.issue(call, None, self._blocks)

@@ -10,10 +10,20 @@ import weakref
 from typing import Any, Optional
 
 import numpy as np
+from mpi4py import MPI
 
+from ..algorithms import calibration
+from ..base.ops import DTYPE_CODE, DTYPES
+from .. import config
 from ..config import Settings, resolve
+from ..engine import code
+from ..engine.crosscheck import final_check
+from ..engine.engine import Engine
 from ..errors import (ArgumentError, ArgumentTypeError, CollectiveTimeout, ContextClosed,
                       HpcCollError)
+from ..transport import mpi as transport
+from ..transport import shm
+from . import calibrate
 from .communicator import Communicator
 
 # yield_polls on an oversubscribed node (4 ranks on 2 cores, an 8 B allreduce: 1,000 yields
@@ -22,12 +32,10 @@ OVERSUBSCRIBED_YIELDS = 1000
 
 
 def mpi():
-    """Import mpi4py with MPI_THREAD_MULTIPLE: the engine thread and the application
-    thread both call MPI (p2p on the engine, dup/split on the application)."""
-    import mpi4py
-    if "mpi4py.MPI" not in sys.modules:
-        mpi4py.rc.thread_level = "multiple"
-    from mpi4py import MPI
+    """mpi4py's MPI, initialised with MPI_THREAD_MULTIPLE: the engine thread and the
+    application thread both call MPI (p2p on the engine, dup/split on the application).
+    (mpi4py's default thread level; a program that lowered mpi4py.rc.thread_level before
+    importing hpccoll gets the error below.)"""
     if not MPI.Is_initialized():
         MPI.Init_thread(MPI.THREAD_MULTIPLE)
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
@@ -60,23 +68,25 @@ def _all_here(base, timeout: Optional[float]) -> None:
         time.sleep(1e-4)
 
 
-def _persistent_collectives(MPI) -> bool:
-    """MPI-4 persistent collectives (``Allreduce_init`` and friends) in mpi4py and MPI."""
-    return hasattr(MPI.Comm, "Allreduce_init") and MPI.Get_version() >= (4, 0)
-
-
 class Context:
     """hpccoll's state on one rank: settings, the engine thread, the control
     communicator and every Communicator.  Use as a context manager or call close()."""
 
-    def __init__(self, comm=None, settings: Optional[Settings] = None):
+    def __init__(self, comm=None, settings: Optional[Settings] = None,
+                 overrides: Optional[dict] = None):
         MPI = mpi()
         self._MPI = MPI
-        self.settings = settings or resolve()
+        error = None
+        if settings is None:
+            try:
+                settings = resolve(overrides)
+            except ArgumentError as exc:   # (every rank must hear of it: see _agree)
+                error = exc
+        self.settings = settings
         base = MPI.COMM_WORLD if comm is None else comm
         if base == MPI.COMM_NULL:
             raise ArgumentError("comm: expected a communicator this rank belongs to, got COMM_NULL")
-        _all_here(base, self.settings.timeout)
+        _all_here(base, settings.timeout if settings is not None else None)
         self._closed = False
         self._allocs: list = []        # registered allocations (ctx.empty)
         self._node = None              # this node's ranks (_meet_node; registered buffers)
@@ -86,17 +96,16 @@ class Context:
         self._epoch = time.time() - time.monotonic()   # monotonic -> wall clock, for traces
         self._comms: list = []
         self._by_uid: dict = {}
-        self.persistent_ok = _persistent_collectives(MPI)
+        self.persistent_ok = transport.persistent_collectives()
         self._ctl = base.Dup()
         self.rank, self.size = self._ctl.Get_rank(), self._ctl.Get_size()
+        self._agree(error)
         self._meet_node()
         self.calibration, self.calibration_note = self._load_calibration()
-        from ..engine import Engine
         self._engine = Engine(self, self.settings, self._ctl)
         self.world = Communicator(self, base.Dup(), "world", "w")
         _OPEN.add(self)
         if self.settings.calibration == "init":
-            from ..tuning import calibrate
             try:
                 self.calibration = calibrate.measure(self, calibrate.QUICK_SIZES,
                                                      buffers=("host",), rounds=3)
@@ -105,13 +114,31 @@ class Context:
                 raise
             self.calibration_note = "measured at init"
 
+    def _agree(self, error: Optional[ArgumentError]) -> None:
+        """Every rank's settings are valid, and those that decide what the ranks exchange
+        are the same on every rank (config.Setting.agree): or every rank raises the same
+        error, naming the setting and the ranks, before anything else is set up.  (A rank
+        alone with a bad value would otherwise leave the others waiting in init.)"""
+        mine = (None if error is None else str(error),
+                None if self.settings is None else config.agreed(self.settings))
+        got = self._ctl.allgather(mine)
+        bad = [(r, e) for r, (e, _) in enumerate(got) if e is not None]
+        text = None
+        if bad:
+            text = bad[0][1] if len(bad) == len(got) else "; ".join(
+                f"rank {r}: {e}" for r, e in bad[:4]) + (" ..." if len(bad) > 4 else "")
+        else:
+            text = config.disagreement([values for _, values in got])
+        if text is not None:
+            self._ctl.Free()
+            raise ArgumentError(text) from error
+
     def _meet_node(self) -> None:
         """The ranks on this node (for registered buffers) and whether they outnumber the
         CPUs they may run on.  Oversubscribed, a rank that spins takes the core a peer
         needs to make the progress it waits for: then waiters do not spin (``spin_polls``
         0) but hand the CPU over (``yield_polls`` 1000, then sleep), unless those settings
         were set explicitly."""
-        from ..transport import shm
         self._node = shm.node_comm(self._ctl, list(range(self.size)), None)
         try:
             cpus = frozenset(os.sched_getaffinity(0))
@@ -123,7 +150,6 @@ class Context:
         # every rank, picks its calibration
         # and whether every rank has the C executor of shared-memory programs: they must
         # all choose the same algorithms (core/plan.py)
-        from ..engine import code
         built = code._native is not None
         got = self._ctl.allgather((min(w for w, _ in met), bool(self.settings.shm_in_c), built))
         self._node_of = tuple(g[0] for g in got)
@@ -152,12 +178,11 @@ class Context:
     def _load_calibration(self):
         """The ``calibration`` setting's table, as rank 0 reads it (every rank must choose
         the same algorithms).  A file that cannot be read is an error on every rank."""
-        from ..tuning import calibration
         value = self.settings.calibration
         got = None
         if self.rank == 0:
             try:
-                cal, note = calibration.load_setting(value, calibration.mpi_library())
+                cal, note = calibration.load_setting(value, transport.library_name())
                 got = (cal.state(), note, None)
             except Exception as exc:      # on every rank, not only here
                 got = (None, "", f"{type(exc).__name__}: {exc}")
@@ -226,7 +251,6 @@ class Context:
             dt = np.dtype(dtype)
         except TypeError:
             raise ArgumentTypeError(f"dtype: not a NumPy dtype: {dtype!r}") from None
-        from .ops import DTYPE_CODE, DTYPES
         if dt not in DTYPE_CODE:      # before anything is allocated
             raise ArgumentTypeError(f"dtype: {dt} is not supported; expected one of "
                                     f"{', '.join(DTYPES)}")
@@ -235,7 +259,6 @@ class Context:
         if len(set(sizes)) != 1:
             raise ArgumentError(f"n: registered buffers are symmetric: every rank must allocate "
                                 f"the same size; got {sorted(set(sizes))} bytes on different ranks")
-        from ..transport import shm
         try:
             shm.headroom(self._node)
             alloc = shm.Registered(len(self._allocs) + 1, self._node, nbytes)
@@ -322,7 +345,6 @@ class Context:
         engine = self._engine
         deadline = time.monotonic() + self.settings.close_timeout
         abandoned = False
-        engine.adopt_loose()
         while engine.pending() and engine.broken is None:
             if time.monotonic() > deadline:
                 print(f"hpccoll: rank {self.rank}: close() abandons {engine.pending()} collective(s) "
@@ -332,7 +354,10 @@ class Context:
             time.sleep(0.001)
         mismatches = []
         if not abandoned and engine.broken is None and self.settings.check_mismatch == "deferred":
-            from ..engine.crosscheck import final_check
+            # a peer's failure notice that came in since the last pass breaks its
+            # communicator here too: the final comparison must not post on it
+            with engine.lock:
+                engine._serve_control()
             mismatches = final_check(self._states(), deadline)
             for exc in mismatches:
                 print(f"hpccoll: rank {self.rank}: {exc}", file=sys.stderr, flush=True)
@@ -416,4 +441,4 @@ def init(comm=None, policy: Optional[str] = None, timeout: Optional[float] = Non
         overrides["policy"] = policy
     if timeout is not None:
         overrides["timeout"] = timeout
-    return Context(comm, resolve(overrides))
+    return Context(comm, overrides=overrides)

@@ -20,8 +20,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..base.ops import CONTRACT_DTYPES, dtype_name
+from ..engine.lane import DetourLane
+from ..engine.program import DeviceLane
 from ..errors import ArgumentError, ArgumentTypeError, HpcCollError
-from .ops import CONTRACT_DTYPES, dtype_name
+from ..transport import staging
+from ..transport.reduction import CudaOps
 
 DEVICE_DTYPES = tuple(np.dtype(d) for d in CONTRACT_DTYPES)
 
@@ -212,3 +216,42 @@ def order_after(handle, engine_stream) -> None:
     event = cuda.event(timing=False)
     event.record(stream=source)
     event.wait(stream=engine_stream)
+
+
+# -- the lanes of device collectives (core/state.py makes them) ------------------------------
+def _engine_stream_after(call):
+    """(GPU of the call's arrays, hpccoll's stream there), the stream ordered after the
+    work queued so far on the arrays' own streams (on the device: the host never
+    blocks)."""
+    sdev, rdev = call.device
+    gpu = sdev.device if sdev.device is not None else rdev.device   # validate: the same
+    stream = staging.engine_stream(gpu)
+    with staging.on_device(gpu):
+        order_after(sdev.stream, stream)
+        if rdev.obj is not sdev.obj and rdev.stream != sdev.stream:
+            order_after(rdev.stream, stream)
+    return gpu, stream
+
+
+def detour_lane(plan, call) -> DetourLane:
+    """A small device collective through the host (engine/lane.py: DetourLane)."""
+    gpu, stream = _engine_stream_after(call)
+    return DetourLane(plan.detour, call.send, call.recv, call.device, call.inplace,
+                      stream, gpu)
+
+
+def device_lane(plan, settings, call, tag, mpi_comm) -> DeviceLane:
+    """Device arrays: CUDA kernels with the plan's blocks, on hpccoll's stream, ordered
+    (on the device) after the work queued on the arrays' own streams; scratch from the
+    device pool."""
+    gpu, stream = _engine_stream_after(call)
+    direct = {"yes": True, "no": False}.get(settings.cuda_aware)
+    if direct is None:
+        direct = staging.mpi_cuda_aware()
+    scratch, raw = staging.scratch(plan.program.scratch, plan.dtype, gpu)
+    lane = DeviceLane(plan.program, plan.code, [call.send, call.recv, scratch], plan.op,
+                      mpi_comm, tag, CudaOps(plan.blocks, settings.threads_per_block, gpu),
+                      direct)
+    if raw is not None:       # back to the pool when the collective is released
+        lane.pool, lane._pooled = staging.scratch_pool(gpu), raw
+    return lane

@@ -9,14 +9,15 @@ allocation and offsets.  Its plan holds:
 - the algorithm: the calibration's pick for this size where it can run, else the first
   row of ``algorithms.TABLE`` whose predicate holds.  MPI's own nonblocking collective is
   one of those rows (``mpi``), not a separate path;
-- the program (the step machine, materialized), or for the ``mpi`` row its recipe,
-  naming the persistent requests tiny messages take (MPI-4 ``*_init``, where MPI has
-  them; ``PersistentSet``);
+- for the ``mpi`` row its recipe (transport/mpi.py), naming the persistent requests tiny
+  messages take (MPI-4 ``*_init``, where MPI has them); for the others the program (the
+  step machine, materialized) and its instructions (engine/code.py), with the
+  node-shared runtime they run against and their encoding for the C executor;
 - the fingerprint (everything but the sequence number) and its hash;
-- how to make the lane of each call (``lane``): which kind, which backend;
-- whether a call may start on the calling thread (``early``: MPI runs it, no slot).
+- the reduction backend (NumPy, Numba CPU kernels with a block count, CUDA kernels).
 
-Nothing here blocks, and a plan never changes: a second identical call does no planning.
+A plan is plain data: making one reads the communicator's state and writes nothing; it
+never changes afterwards, so a second identical call does no planning.
 """
 from __future__ import annotations
 
@@ -25,10 +26,14 @@ from typing import Optional
 import numpy as np
 
 from .. import algorithms
-from ..algorithms.spec import COLLECTIVES, Spec
+from ..algorithms.spec import Spec
+from ..base import mismatch
+from ..base.ops import COLLECTIVES, dtype_code, mpi_native, op_code
+from ..engine import code as _code
+from ..engine.program import Shm
 from ..errors import ArgumentError
-from . import mismatch
-from .ops import dtype_code, mpi_native, mpi_op, op_code
+from ..transport import mpi as transport
+from ..transport.reduction import CpuKernelOps, HostOps
 
 PERSISTENT_SLOTS = 16   # persistent requests per collective: identical calls in flight at once
 
@@ -72,20 +77,6 @@ def registered(ctx, call) -> Optional[RegisteredCall]:
     return RegisteredCall(found[0], found[1], call.send.dtype, call.coll, call.inplace)
 
 
-class MpiRecipe:
-    """The ``mpi`` row's plan: which MPI collective (``post``: the bound method that starts
-    it), with which op, root and divisor (avg: contributions divided before MPI sums
-    them), and which persistent requests it takes (``persist``: a PersistentSet's key, or
-    None)."""
-    __slots__ = ("kind", "mpi", "post", "mop", "root", "rank", "divisor", "inplace", "persist")
-
-    def __init__(self, kind, mpi_comm, mop, root, rank, divisor, inplace, persist):
-        from ..engine.lane import NONBLOCKING
-        self.kind, self.mpi, self.mop, self.root, self.rank = kind, mpi_comm, mop, root, rank
-        self.post = getattr(mpi_comm, NONBLOCKING[kind])
-        self.divisor, self.inplace, self.persist = divisor, inplace, persist
-
-
 class PersistentSet:
     """The persistent requests of one collective on one communicator, used round-robin:
     the i-th call takes request i mod PERSISTENT_SLOTS on every rank.  MPI matches a
@@ -98,92 +89,36 @@ class PersistentSet:
     def __init__(self, slots):
         self.slots, self.uses = slots, 0
 
-    def next(self):
-        """The request the next call takes (``uses`` advances once that call is committed)."""
-        return self.slots[self.uses % PERSISTENT_SLOTS]
 
-
-def _persistent(state, call, nbytes: int):
+def persistent_key(state, call, nbytes: int):
     """The key of the persistent requests of a tiny MPI-row collective, or None where MPI
     has no persistent collectives or the message is larger than ``persistent_bytes``."""
-    from ..engine.lane import PERSISTENT
     limit = state.ctx.settings.persistent_bytes
-    if call.coll not in PERSISTENT or not limit or nbytes > limit or not state.ctx.persistent_ok:
+    if (call.coll not in transport.PERSISTENT or not limit or nbytes > limit
+            or not state.ctx.persistent_ok):
         return None
     return (call.coll, call.send.dtype.str, call.count, call.op, call.root)
 
 
-def persistent_set(state, call) -> PersistentSet:
+def persistent_set(size: int, rank: int, call) -> PersistentSet:
     """A new set of persistent requests for ``call``'s collective, on staging arrays of its
     own (each request is initialised at its first start, in the collective order)."""
-    from ..engine.lane import Persistent
-    dt, n, size = call.send.dtype, call.count, state.size
+    dt, n = call.send.dtype, call.count
     # in-place forms need no MPI.IN_PLACE (the input is copied in), and a reduce's result
     # lands on its root only
     shapes = {"allreduce": (n, n), "broadcast": (None, n), "allgather": (n, size * n),
               "alltoall": (size * n, size * n), "barrier": (None, None),
-              "reduce": (n, n if state.rank == call.root else None),
+              "reduce": (n, n if rank == call.root else None),
               "reduce_scatter": (size * n, n)}[call.coll]
     shapes = shapes + (dt,)
-    return PersistentSet(tuple(Persistent(shapes) for _ in range(PERSISTENT_SLOTS)))
+    return PersistentSet(tuple(transport.Persistent(shapes) for _ in range(PERSISTENT_SLOTS)))
 
 
 class Plan:
     __slots__ = ("coll", "dtype", "count", "op", "root", "inplace", "algo", "program", "spec",
                  "nbytes", "fp", "fp_hash", "recipe", "early", "shared", "registered", "backend",
-                 "blocks", "device", "inline", "reg_matters", "ops", "rt", "detour", "cx")
-
-    def lane(self, state, call, tag, mpi_comm):
-        """The lane of one call (engine/lane.py); the caller holds the state's lock."""
-        recipe = self.recipe
-        if recipe is not None:
-            slot = None
-            if recipe.persist is not None:
-                # (state.persistent and PersistentSet.next written out: the per-call path)
-                pset = state.persist.get(recipe.persist)
-                if pset is None:
-                    pset = state.persistent(recipe.persist, call)
-                slot = pset.slots[pset.uses % PERSISTENT_SLOTS]
-                pset.uses += 1
-            return _lanes.MpiLane(recipe, call.send, call.recv, slot)
-        if self.detour is not None:
-            return _detour_lane(self, call)
-        if self.device:
-            return _device_lane(self, state, call, tag, mpi_comm)
-        program = self.program
-        dt = self.dtype
-        raw = state.pool.get(program.scratch * dt.itemsize) if program.scratch else None
-        scratch = raw[:program.scratch * dt.itemsize].view(dt) if raw is not None else _NO_SCRATCH
-        lane = _lanes.ProgramLane(program, [call.send, call.recv, scratch], self.op, mpi_comm,
-                                 tag, self.ops)
-        lane.pool, lane._pooled = state.pool, raw
-        if self.shared:
-            # epochs follow issue order on the communicator: the same on every rank
-            area = state.shm["area"]
-            rt = self.rt
-            if rt is None:     # one per plan: its typed views of the slots are made once
-                rt = self.rt = _shm_runtime(state, self.registered if self.spec.registered
-                                            else None)
-                if self.ops is _lanes.HostOps:
-                    rt.code = _lanes._code.build(program, rt, dt, self.op)
-                    if state.ctx.c_programs:
-                        rt.native = _lanes._code.native(rt.code, dt, self.op)
-            lane.shm, lane.base, lane.code = rt, area.epoch, rt.code
-            # the next collective starts on the same slot, however many epochs this one
-            # took: a repeated collective reuses memory still in cache instead of
-            # alternating between slots (1 MiB allreduce: 4% less time; the stage wait
-            # counts epochs with >=, so the skipped ones cost nothing)
-            area.epoch = -(-(area.epoch + program.epochs) // area.slots) * area.slots
-            # a later epoch's counters would overtake this one's: one collective at a time
-            gate = state.shm.get("gate")
-            if gate is None:
-                gate = state.shm["gate"] = _lanes.Gate(f"node-shared slots of {state.name}")
-            lane.holds = gate
-        return lane
-
-
-_NO_SCRATCH = np.empty(0, np.uint8)
-_lanes = None     # hpccoll.engine.lane, once the first plan is made
+                 "blocks", "device", "inline", "reg_matters", "ops", "rt", "detour", "code",
+                 "native")
 
 
 def _prefer(state, coll: str, nbytes: int, registered: bool) -> str:
@@ -198,16 +133,10 @@ def _prefer(state, coll: str, nbytes: int, registered: bool) -> str:
     return cal.choose(coll, "registered" if registered else "host", nbytes, *state.shape)
 
 
-def _host_ops(blocks):
-    from ..engine.reduction import CpuKernelOps, HostOps
-    return HostOps if blocks is None else CpuKernelOps(blocks)
-
-
-def _shm_runtime(state, reg):
+def _shm_runtime(state, reg) -> Shm:
     """What a plan's shared-memory collectives need at run time, whatever their epoch
     base: peers' registered buffers are the same offsets of their own segments
     (allocations are symmetric)."""
-    from ..engine.lane import Shm
     shm = state.shm
     peer_send = peer_recv = None
     if reg is not None:
@@ -219,53 +148,8 @@ def _shm_runtime(state, reg):
     return Shm(shm["area"], shm["local"], peer_send, peer_recv)
 
 
-def _engine_stream_after(call):
-    """(GPU of the call's arrays, hpccoll's stream there), the stream ordered after the
-    work queued so far on the arrays' own streams (on the device: the host never
-    blocks)."""
-    from ..transport import staging
-    from . import device
-    sdev, rdev = call.device
-    gpu = sdev.device if sdev.device is not None else rdev.device   # validate: the same
-    stream = staging.engine_stream(gpu)
-    with staging.on_device(gpu):
-        device.order_after(sdev.stream, stream)
-        if rdev.obj is not sdev.obj and rdev.stream != sdev.stream:
-            device.order_after(rdev.stream, stream)
-    return gpu, stream
-
-
-def _detour_lane(plan, call):
-    """A small device collective through the host (engine/lane.py: DetourLane)."""
-    gpu, stream = _engine_stream_after(call)
-    return _lanes.DetourLane(plan.detour, call.send, call.recv, call.device, call.inplace,
-                             stream, gpu)
-
-
-def _device_lane(plan, state, call, tag, mpi_comm):
-    """Device arrays: CUDA kernels with the plan's blocks, on hpccoll's stream, ordered
-    (on the device) after the work queued on the arrays' own streams; scratch from the
-    device pool."""
-    from ..engine.lane import DeviceLane
-    from ..engine.reduction import CudaOps
-    from ..transport import staging
-    s = state.ctx.settings
-    gpu, stream = _engine_stream_after(call)
-    direct = {"yes": True, "no": False}.get(s.cuda_aware)
-    if direct is None:
-        direct = staging.mpi_cuda_aware()
-    scratch, raw = staging.scratch(plan.program.scratch, plan.dtype, gpu)
-    lane = DeviceLane(plan.program, [call.send, call.recv, scratch], plan.op, mpi_comm, tag,
-                      CudaOps(plan.blocks, s.threads_per_block, gpu), direct)
-    if raw is not None:       # back to the pool when the collective is released
-        lane.pool, lane._pooled = staging.scratch_pool(gpu), raw
-    return lane
-
-
 def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[RegisteredCall]) -> Plan:
     """Work out the plan of a call signature (once: the state caches it)."""
-    global _lanes
-    from ..engine import lane as _lanes     # imports mpi4py.MPI: only once MPI is initialised
     ctx = state.ctx
     s = ctx.settings
     dt = call.send.dtype
@@ -280,13 +164,13 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
     native = not keyed and not on_device and mpi_native(call.op, dt)
     if coll in ("reduce", "reduce_scatter"):
         # avg would divide into the output, which is not the input's size here, or only
-        # the root's; in place or not may differ by rank, so it cannot decide (lane.post)
+        # the root's; in place or not may differ by rank, so it cannot decide (transport)
         native = native and call.op != "avg"
     # shared memory run in C from smaller sizes on, for the reductions measured there
     c_bytes = (s.shm_c_bytes if layout == "flat" and ctx.c_programs
                and coll in algorithms.C_SHM_COLLECTIVES
-               and len(shm["local"]) <= _lanes._code.C_MAX_RANKS
-               and _lanes._code.c_reduces(dt, call.op) else 0)
+               and len(shm["local"]) <= _code.C_MAX_RANKS
+               and _code.c_reduces(dt, call.op) else 0)
     choice = algorithms.Choice(nbytes, s.small_msg_bytes, layout, s.shm_min_bytes,
                                reg is not None, s.mpi_coll_bytes, native,
                                "" if on_device else _prefer(state, coll, nbytes, reg is not None),
@@ -299,7 +183,7 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
     # a small device collective MPI can run goes through the host: one copy each way
     # around MPI's own collective, instead of a copy per step of hpccoll's algorithms
     detour = (on_device and not keyed and nbytes <= s.device_host_bytes
-              and coll in _lanes.NONBLOCKING and mpi_native(call.op, dt)
+              and coll in transport.NONBLOCKING and mpi_native(call.op, dt)
               and not (coll in ("reduce", "reduce_scatter") and call.op == "avg"))
     if detour:
         algo = "mpi"
@@ -325,47 +209,57 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
     plan.shared, plan.registered, plan.device = shared, reg, on_device
     plan.reg_matters = reg_matters
     plan.inline = nbytes <= s.inline_bytes
-    plan.cx = None       # what core/_express.c reads of it, gathered there at its first use
-    plan.ops = plan.rt = None
+    plan.ops = plan.rt = plan.code = plan.native = None
     count = call.count if call.fp_count is None else call.fp_count
     plan.fp = (COLLECTIVES.index(coll) + 1, dtype_code(dt), count, call.root, op_code(call.op),
                0,
                # only where peers read my buffers does it matter where they live
                reg.fingerprint if spec.registered else 0,
-               algorithms.ALGO_CODES[algo])
+               mismatch.ALGO_CODES[algo])
     plan.fp_hash = mismatch.fp_hash(plan.fp)
     plan.recipe = plan.detour = None
     if algo == "mpi":
         divisor = size if call.op == "avg" and size > 1 else 0
         # (through the host, MPI's collective runs on pinned buffers: no persistent ones)
-        recipe = MpiRecipe(coll, state.data, mpi_op(call.op) if call.op else None,
-                           call.root, state.rank, divisor, call.inplace,
-                           None if detour else _persistent(state, call, nbytes))
+        recipe = transport.Recipe(coll, state.data,
+                                  transport.mpi_op(call.op) if call.op else None,
+                                  call.root, state.rank, divisor, call.inplace,
+                                  None if detour else persistent_key(state, call, nbytes))
         if detour:
             plan.detour = recipe
         else:
             plan.recipe = recipe
         plan.backend = "mpi"
     elif on_device:
-        from numba_kernels import cuda as kernels
+        from numba_kernels import cuda as kernels     # (optional: Numba's CUDA target)
         if blocks is None:
             cap = s.max_blocks or 2 * kernels.multiprocessors()
             blocks = kernels.default_blocks(min(call.count * max(1, size), spec.chunk),
                                             s.threads_per_block, cap)
         kernels.prepare(call.op, dt)
         plan.backend = "numba-cuda"
-    elif blocks is not None:
-        from numba_kernels import cpu
-        if blocks > cpu.max_threads():
-            raise ArgumentError(f"blocks: at most {cpu.max_threads()} CPU threads on this machine "
-                                f"(NUMBA_NUM_THREADS), got {blocks}")
-        if call.op is not None:
-            cpu.prepare(call.op, dt)      # compiled here, on the calling thread, never inside
-        plan.backend = "numba-cpu"
+        plan.code = _code.built(plan.program, dt, call.op, host=False)
     else:
-        plan.backend = "numpy"
-    if plan.recipe is None and not on_device:
-        plan.ops = _host_ops(blocks)        # (made once: an import and, with blocks, an object)
+        if blocks is not None:
+            from numba_kernels import cpu     # (Numba, compiled on first use: only with blocks)
+            if blocks > cpu.max_threads():
+                raise ArgumentError(f"blocks: at most {cpu.max_threads()} CPU threads on this "
+                                    f"machine (NUMBA_NUM_THREADS), got {blocks}")
+            if call.op is not None:
+                cpu.prepare(call.op, dt)   # compiled here, on the calling thread, never inside
+            plan.backend = "numba-cpu"
+            plan.ops = CpuKernelOps(blocks)
+        else:
+            plan.backend = "numpy"
+            plan.ops = HostOps
+        host = plan.ops is HostOps
+        if shared:
+            rt = plan.rt = _shm_runtime(state, reg if spec.registered else None)
+            plan.code = _code.build(plan.program, rt, dt, call.op, host)
+            if host and ctx.c_programs:
+                plan.native = _code.native(plan.code, dt, call.op)
+        else:
+            plan.code = _code.built(plan.program, dt, call.op, host)
     plan.blocks = blocks
     # MPI runs it: no execution slot, so it may start at once on the calling thread
     plan.early = plan.recipe is not None

@@ -1,17 +1,17 @@
-"""A communicator's matching state, with one owner.
+"""A communicator's matching state, with one owner, and the one issue function.
 
 ``CommState`` owns everything that makes the k-th collective on a communicator the same
 collective on every member: the sequence number and message tags of order-matched
 collectives, the live keys of keyed ones, the start order (a collective's MPI calls start
-only after its predecessor's did), the private duplicates the data travels on, the
-node-shared area and its epochs, the scratch pool, the plan cache and the mismatch
-ledger.  It changes them under one lock, in ``issue`` and ``retire``; nothing else writes
-them.
+only after its predecessor's did), the private duplicate the data travels on, the
+node-shared area and its epochs, the persistent requests, the scratch pool, the plan
+cache and the mismatch ledger.  It changes them under one lock, in ``issue`` (and the
+lanes it makes there); nothing else writes them.
 
-``issue`` is the one pipeline's last stage before progress, for every collective: plan
-(cached per signature), name (sequence number and tag, or key), fingerprint, lane, task;
-then start the task on the calling thread when its plan allows it and nothing of this
-communicator is queued before it, or queue it for the engine.
+``issue`` is the per-call path's one issue, for every collective, keyed or not, from the
+native API and the mpi4py adapter alike: plan (cached per signature), name (sequence
+number and tag, or key), fingerprint into the ledger, the lane and, when due, the check,
+the task; then the engine starts it on the calling thread or queues it (Engine.issue).
 """
 from __future__ import annotations
 
@@ -22,22 +22,19 @@ from weakref import ref as _weakref
 
 import numpy as np
 
+from ..base import mismatch
+from ..base.pool import BufferPool
+from ..engine.check import CheckLane
+from ..engine.lane import Gate, MpiLane
+from ..engine.program import ProgramLane
+from ..engine.task import Task, started
 from ..errors import ArgumentError, CollectiveMismatch, ContextClosed, mpi_failure
-from . import mismatch
+from ..transport import shm as shared_memory
+from . import device
 from . import plan as plans
-from .pool import BufferPool
-
 
 PLAN_CACHE = 1024   # plans per communicator (signatures a training loop repeats: a few)
-
-# from hpccoll.engine, once a communicator exists (they import mpi4py.MPI)
-MpiLane = RUNNING = FAILED = post = start_slot = finish_slot = started = None
-
-try:     # the per-call path in C (_express.c), where the install built it
-    from . import _express
-except ImportError:
-    _express = None
-_bound = False
+_NO_SCRATCH = np.empty(0, np.uint8)
 
 
 def _row(fp, seq):
@@ -51,20 +48,6 @@ def key_hash(key: str) -> int:
 class CommState:
     def __init__(self, ctx, mpi_comm, name: str, uid: str):
         MPI = ctx._MPI
-        global MpiLane, RUNNING, FAILED, post, start_slot, finish_slot, started, _bound
-        # these import mpi4py.MPI: only once MPI is initialised
-        from ..engine.lane import MpiLane, finish_slot, post, start_slot
-        from ..engine.task import DONE, FAILED, RUNNING, Task, started
-        if _express is not None and not _bound:
-            _express.bind(Task, MpiLane, RUNNING, DONE, FAILED, plans.PERSISTENT_SLOTS)
-            from ..engine import code
-            if code._native is not None:     # the shared-memory programs' route too
-                from ..engine.lane import ProgramLane
-                from ..engine.reduction import HostOps
-                _express.bind_programs(ProgramLane, HostOps, plans._NO_SCRATCH,
-                                       code._native.run)
-            _bound = True
-        self.Task = Task
         self.ctx = ctx
         self.engine = ctx._engine
         self.name, self.uid = name, uid
@@ -89,11 +72,8 @@ class CommState:
         self.pool = BufferPool()       # scratch space, reused by the collectives
         self.noted_at = 0.0
         self.ledger = None
-        self.fast = False
-        self.cissue = None             # _express.issue, where it may take calls
-        self.cx = None                 # what _express.c reads of this state, gathered there
-        self.spin = 0
         self.shm = None
+        self.gate = None               # the node-shared slots: one collective at a time
         self.data = None
         if mpi_comm == MPI.COMM_NULL:
             self.mpi = None
@@ -111,28 +91,24 @@ class CommState:
         self.shape = ctx.shape_of(self.world_ranks)
         # the private duplicate the data travels on, order-matched and keyed alike (MPI's
         # own collectives run on it, so it is not the one dup() and split() call on)
-        from ..transport import shm
         try:
             self.data = mpi_comm.Dup()
-            self.shm = shm.create(mpi_comm, self.world_ranks, ctx._node_of, ctx.settings,
-                                  ctx.shm_fence)
+            self.shm = shared_memory.create(mpi_comm, self.world_ranks, ctx._node_of,
+                                            ctx.settings, ctx.shm_fence)
         except MPI.Exception as exc:
             # nothing half-made stays: what this state took, and the communicator it was
             # handed (made for it by dup, split or wrap)
             self.free_mpi()
             self.mpi = None
             raise mpi_failure(f"communicator {name!r}", exc, len(ctx._comms)) from exc
+        if self.shm:
+            self.gate = Gate(f"node-shared slots of {name}")
         ub = ctx._ctl.Get_attr(MPI.TAG_UB) or 32767
         # message tags on `data`: order-matched collectives in the lower half, keyed ones in
         # the upper; a collective's check rides on its tag + 1
         self.tag_space = max(2, (int(ub) + 1) // 4)
         s = ctx.settings
         self.check = s.check_mismatch if self.size > 1 else "off"
-        # run() may start and poll a collective with no task (see there), spin polls long
-        self.fast = self.engine.early and self.check != "every" and not s.trace
-        self.spin = s.spin_polls
-        if self.fast and s.calls_in_c and _express is not None:
-            self.cissue = _express.issue
         if self.check != "off":
             self.ledger = mismatch.Ledger(s.mismatch_every, max(64, 2 * s.mismatch_every))
 
@@ -160,11 +136,54 @@ class CommState:
         if exc is not None and self.broken is None:
             self.broken = exc
 
+    def issue(self, call, key: Optional[str] = None, blocks: Optional[int] = None) -> Task:
+        """Turn a validated call into a task, started on the calling thread or queued
+        (Engine.issue); returns it (its Work).  The one issue of every collective."""
+        if not self.ok:
+            self.usable()
+        plan = self._plan(call, key is not None, blocks)
+        engine = self.engine
+        with self.lock:
+            if key is not None:
+                task = self._keyed(plan, call, key)
+            else:
+                seq = self.seq
+                self.seq = seq + 1
+                tag = (seq % self.tag_space) * 2
+                lane = self._lane(plan, call, tag)
+                check = None
+                gated = False
+                ledger = self.ledger
+                if ledger is not None:
+                    digest = ledger.record(seq, plan.fp, plan.fp_hash)
+                    if self.check == "every":
+                        check = CheckLane(mismatch.call_hash(plan.fp_hash, seq),
+                                          partial(_row, plan.fp, seq), self, self.data,
+                                          tag + 1)
+                        # MPI's own collective waits for the check: a mismatched call can
+                        # make the MPI library itself abort
+                        gated = plan.recipe is not None or plan.detour is not None
+                    elif digest is not None:
+                        check = CheckLane(digest, ledger.padded_later(ledger.every), self,
+                                          self.data, tag + 1)
+                prev = self.last
+                if prev is not None:
+                    prev = prev()
+                    if started(prev):
+                        prev = None
+                task = Task(engine, self, plan, seq, None, lane, call.result, check, prev,
+                            gated)
+            engine.issue(task, plan.inline)
+            if key is None:
+                # the next collective's start waits for this one's (a weak reference: a
+                # task that is gone has finished)
+                self.last = None if task.posted else _weakref(task)
+        return task
+
     def _plan(self, call, keyed: bool, blocks):
         """The plan of this call's signature (made the first time it is seen).  Where the
         buffers live (registered or not) is looked at only where it can change the plan:
-        where registered buffers would take shared memory (``reg_matters``).  (_express.c
-        looks up the common signature the same way.)"""
+        where registered buffers would take shared memory (``reg_matters``)."""
         if keyed or blocks is not None or call.device is not None or call.layout:
             sig = (call.coll, call.send.dtype, call.count, call.op, call.root, call.inplace,
                    keyed, blocks, call.device is None, call.layout)
@@ -188,15 +207,46 @@ class CommState:
             self._evict(self.plans)
         return plan
 
-    def persistent(self, key, call):
-        """The persistent requests of the collective ``key`` names (made at its first call,
-        which is the same call on every rank)."""
-        pset = self.persist.get(key)
-        if pset is None:      # (the caller holds the lock)
-            if len(self.persist) >= PLAN_CACHE:
-                self._evict_locked(self.persist)
-            pset = self.persist[key] = plans.persistent_set(self, call)
-        return pset
+    def _lane(self, plan, call, tag: int):
+        """The lane of one call (the lock is held): the next persistent request of its
+        collective, or the next epochs of the node-shared area, are this call's."""
+        recipe = plan.recipe
+        if recipe is not None:
+            slot = None
+            if recipe.persist is not None:
+                pset = self.persist.get(recipe.persist)
+                if pset is None:
+                    if len(self.persist) >= PLAN_CACHE:
+                        self._evict_locked(self.persist)
+                    pset = self.persist[recipe.persist] = plans.persistent_set(
+                        self.size, self.rank, call)
+                slot = pset.slots[pset.uses % plans.PERSISTENT_SLOTS]
+                pset.uses += 1
+            return MpiLane(recipe, call.send, call.recv, slot)
+        if plan.detour is not None:
+            return device.detour_lane(plan, call)
+        if plan.device:
+            return device.device_lane(plan, self.ctx.settings, call, tag, self.data)
+        program = plan.program
+        dt = plan.dtype
+        raw = self.pool.get(program.scratch * dt.itemsize) if program.scratch else None
+        scratch = raw[:program.scratch * dt.itemsize].view(dt) if raw is not None else _NO_SCRATCH
+        rt = plan.rt
+        lane = ProgramLane(program, plan.code, [call.send, call.recv, scratch], plan.op,
+                           self.data, tag, plan.ops, rt, plan.native)
+        lane.pool, lane._pooled = self.pool, raw
+        if plan.shared:
+            # epochs follow issue order on the communicator: the same on every rank
+            area = rt.area
+            lane.base = area.epoch
+            # the next collective starts on the same slot, however many epochs this one
+            # took: a repeated collective reuses memory still in cache instead of
+            # alternating between slots (1 MiB allreduce: 4% less time; the stage wait
+            # counts epochs with >=, so the skipped ones cost nothing)
+            area.epoch = -(-(area.epoch + program.epochs) // area.slots) * area.slots
+            # a later epoch's counters would overtake this one's: one collective at a time
+            lane.holds = self.gate
+        return lane
 
     def _evict(self, cache: dict) -> None:
         """The plan cache and the persistent requests are bounded: a program whose message
@@ -215,197 +265,7 @@ class CommState:
             if isinstance(value, plans.PersistentSet):
                 self.orphans += [s for s in value.slots if s.req is not None]
         if self.orphans and started(self._last()):
-            self.orphans = self._free_slots(self.orphans)
-
-    @staticmethod
-    def _free_slots(slots) -> list:
-        """Free the persistent requests of ``slots`` that are not in flight; returns the
-        others."""
-        busy = []
-        for slot in slots:
-            if slot.req is None:
-                continue
-            if slot.busy:
-                busy.append(slot)
-                continue
-            try:
-                slot.req.Free()
-            except Exception:
-                pass
-            slot.req = None
-        return busy
-
-    def issue(self, call, key: Optional[str] = None, blocks: Optional[int] = None,
-              express: bool = True):
-        """Turn a validated call into a started or queued task; returns it (its Work).
-        ``express`` False: the C route was tried already (Communicator's methods)."""
-        if not self.ok:
-            self.usable()
-        if express and key is None and blocks is None and self.cissue is not None:
-            task = self.cissue(self, call)    # the loose route below, in C
-            if task is not None:
-                return task
-        plan = self._plan(call, key is not None, blocks)
-        engine = self.engine
-        error = failed = None
-        with self.lock:
-            if key is not None:
-                task = self._keyed(plan, call, key)
-            else:
-                seq = self.seq
-                self.seq = seq + 1
-                tag = (seq % self.tag_space) * 2
-                lane = plan.lane(self, call, tag, self.data)
-                check = None
-                gated = False
-                ledger = self.ledger
-                if ledger is not None:
-                    digest = ledger.record(seq, plan.fp, plan.fp_hash)
-                    if self.check == "every":
-                        check = self._check(mismatch.call_hash(plan.fp_hash, seq),
-                                            partial(_row, plan.fp, seq), tag)
-                        gated = plan.recipe is not None or plan.detour is not None
-                    elif digest is not None:
-                        check = self._check(digest, ledger.padded_later(ledger.every), tag)
-                prev = self.last
-                if prev is not None:
-                    prev = prev()
-                    if started(prev):
-                        prev = None
-                task = self.Task(engine, self, plan, seq, None, lane, call.result, check, prev,
-                                 gated)
-                self.last = None       # (started below) or a weak reference (queued)
-                # MPI runs it: start it here unless something of this communicator is
-                # queued before it, or the persistent request it takes is still busy
-                if (plan.early and prev is None and engine.early
-                        and (lane.slot is None or not lane.slot.busy)):
-                    if self.fast:
-                        # loose: its waiter polls it (with the digest check riding along,
-                        # if due), the engine adopts it only if needed
-                        try:
-                            task.start(task.t_issue)
-                        except Exception as exc:   # MPI's error at post time: the task's
-                            error = exc
-                        else:
-                            task.loose = True
-                            engine.loose[task] = None
-                            return task
-                    elif engine.start_now(task):
-                        return task
-                elif (lane.code is not None and prev is None and self.fast
-                      and engine.solo and not engine._live and not engine.sq
-                      and lane.holds.held < lane.holds.capacity):
-                    # a shared-memory program while the engine has nothing to do: it
-                    # starts here and its waiter runs it, loose like MPI's own above
-                    task.start(task.t_issue)
-                    if task.state is not FAILED:
-                        task.loose = True
-                        engine.loose_programs[task] = None   # (first: see programs_loose)
-                        engine.loose[task] = None
-                        return task
-                    failed = task
-            if error is None and failed is None:
-                if key is None:
-                    self.last = _weakref(task)
-                engine.submit(task, inline=plan.inline and engine.idle())
-        if error is not None or failed is not None:   # (the engine's lock after ours)
-            with engine.lock:
-                engine.adopt(task, start_error=error)
-        elif engine.loose:
-            # a queued task may wait for a persistent request a loose one holds: the
-            # engine must poll that one too
-            engine.adopt_loose()
-        return task
-
-    def _express_failed(self, task, exc, program: bool = False) -> None:
-        """MPI raised ``exc`` when _express.issue started ``task``, or its program's first
-        run did (``program``: as Task.poll's failure would); the lock let go."""
-        with self.engine.lock:
-            if program:
-                self.engine.adopt(task, poll_error=exc)
-            else:
-                self.engine.adopt(task, start_error=exc)
-
-    def run(self, call, blocks: Optional[int] = None):
-        """Issue ``call`` and wait for it on the calling thread (the mpi4py adapter's
-        blocking calls); returns its result.
-
-        A collective the MPI library runs itself, with nothing of this communicator queued
-        before it, no check riding along and nobody driving the engine, starts and is
-        polled right here with no task at all: the blocking call's per-call cost is then
-        MPI's own plus the naming.  Only if it has not completed after ``spin_polls``
-        polls (or MPI reports an error) does it become a task of the engine, where the
-        watchdog, reports and the mismatch probes see it."""
-        if not self.ok:
-            self.usable()
-        plan = self._plan(call, False, blocks)
-        if plan.early and self.fast:
-            engine = self.engine
-            task = error = req = None
-            recipe = plan.recipe
-            lock = self.lock
-            lock.acquire()
-            try:
-                prev = self._last()
-                seq = self.seq
-                ledger = self.ledger
-                pset = None if recipe.persist is None else self.persistent(recipe.persist, call)
-                slot = None if pset is None else pset.next()
-                # the previous collective of this communicator has posted its MPI calls
-                # (Task.posted is set after them): no lock of the engine is needed
-                if (started(prev) and (ledger is None or not ledger.due(seq))
-                        and (slot is None or not slot.busy)):
-                    self.seq = seq + 1
-                    if slot is not None:
-                        pset.uses += 1
-                    if ledger is not None:
-                        ledger.record(seq, plan.fp, plan.fp_hash)
-                    self.last = None      # posted: nothing waits on it to start
-                    # no lane object unless it becomes a task after all
-                    try:
-                        if slot is None:
-                            req = post(recipe, call.send, call.recv)
-                        else:
-                            req = start_slot(recipe, slot, call.send)
-                    except Exception as exc:   # fails like a task: named, peers told
-                        error = exc
-                        task = self._started(plan, seq, call, slot, None)
-            finally:
-                lock.release()
-            if task is not None:               # (the engine's lock after ours: never inside)
-                with engine.lock:
-                    engine.adopt(task, start_error=error)
-                return task.wait()
-            if req is not None:
-                test = req.Test
-                try:
-                    for _ in range(self.spin):
-                        if test():
-                            if slot is not None:
-                                finish_slot(recipe, slot, call.recv)
-                            return call.result
-                except Exception as exc:       # MPI's error: the task's to explain
-                    error = exc
-                task = self._started(plan, seq, call, slot, req)
-                with engine.lock:
-                    engine.adopt(task, poll_error=error)
-                return task.wait()
-        return self.issue(call, None, blocks).wait()
-
-    def _started(self, plan, seq, call, slot, req):
-        """The task of a collective ``run`` started without one (with request ``req``, on
-        persistent ``slot`` or not)."""
-        lane = MpiLane(plan.recipe, call.send, call.recv, slot)
-        lane.req = req
-        task = self.Task(self.engine, self, plan, seq, None, lane, call.result)
-        task.state = RUNNING
-        task.t_start = task.t_issue
-        task.posted = True
-        return task
-
-    def _check(self, value, rows, tag, direct=False):
-        from ..engine.check import CheckLane
-        return CheckLane(value, rows, self, self.data, tag + 1, direct)
+            self.orphans = [s for s in self.orphans if not s.free()]
 
     def _last(self):
         """The last order-matched task if it may not have started yet, else None."""
@@ -424,27 +284,26 @@ class CommState:
             raise ArgumentError(f"key: {key!r} and the pending key {clash[0]!r} map to the "
                                 "same message tag on this communicator; rename one")
         self.live_keys[key] = tag
-        lane = plan.lane(self, call, tag, self.data)
+        lane = self._lane(plan, call, tag)
         check = None
         if self.check != "off":      # keyed collectives may start in any order: direct rows
             fp = mismatch.with_seq(plan.fp, h)
-            check = self._check(0, np.array([fp], np.int64), tag, direct=True)
-        task = self.Task(self.engine, self, plan, None, key, lane, call.result, check)
+            check = CheckLane(0, np.array([fp], np.int64), self, self.data, tag + 1,
+                              direct=True)
+        task = Task(self.engine, self, plan, None, key, lane, call.result, check)
         task.key_instance = self.key_uses[key] = self.key_uses.get(key, 0) + 1
         return task
 
     def pending(self) -> list:
         """The collectives issued here that have not finished."""
-        engine = self.engine
-        engine.adopt_loose()
-        with engine.lock:
-            return [t for t in engine.live() + list(engine.sq) if t.comm is self]
+        return self.engine.pending_tasks(self)
 
     def retire(self, task) -> None:
-        """A keyed or checked task finished (the engine's lock is held)."""
+        """A keyed or checked task finished (the engine's driver; no lock: the issuing
+        thread may hold this state's lock meanwhile, and each step is one dict or int
+        store)."""
         if task.key is not None:
-            with self.lock:
-                self.live_keys.pop(task.key, None)
+            self.live_keys.pop(task.key, None)
         elif task.check is not None and task.state == "done" and self.ledger is not None:
             self.ledger.agreed = max(self.ledger.agreed, task.seq)
 
@@ -476,10 +335,12 @@ class CommState:
             self.shm["area"].free()
             self.shm = None
         for pset in self.persist.values():
-            self._free_slots(pset.slots)
+            for slot in pset.slots:
+                slot.free()
         # what is still busy now (a collective a mismatch broke off) may not be freed
         # (MPI-4 6.13): it is left to MPI_Finalize
-        self._free_slots(self.orphans)
+        for slot in self.orphans:
+            slot.free()
         self.orphans = []
         self.plans = {}
         self.persist = {}
@@ -489,5 +350,3 @@ class CommState:
                     c.Free()
                 except Exception:
                     pass
-
-

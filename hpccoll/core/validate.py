@@ -18,10 +18,11 @@ from weakref import ref as _weakref
 
 import numpy as np
 
+from ..base.mismatch import stable_hash
+from ..base.ops import _VALID, DTYPE_CODE, DTYPES, check_op, dtype_name
 from ..config import MAX_BLOCKS
 from ..errors import ArgumentError, ArgumentTypeError
-from .mismatch import stable_hash
-from .ops import _VALID, DTYPE_CODE, DTYPES, check_op, dtype_name
+from . import device
 
 _C_ALIGNED = 0x1 | 0x100     # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
 _WRITEABLE = 0x400           # NPY_ARRAY_WRITEABLE
@@ -140,7 +141,6 @@ def array(x: Any, name: str, writable: bool = False):
             _bad_host(x, name, writable)
         return (x if x.ndim == 1 else x.reshape(-1)), None
     if x is not None and not isinstance(x, _NOT_ARRAYS):
-        from . import device     # CUDA support is imported only when it is needed
         if device.is_device_array(x):
             d = device.as_device(x, name, writable=writable)
             return d.view, d
@@ -176,7 +176,6 @@ def _new(n: int, flat, dev):
     if dev is None:
         out = np.empty(n, flat.dtype)
         return out, None, out
-    from . import device
     d = device.new_device_array(dev, n)
     return d.view, d, d.obj
 

@@ -311,12 +311,48 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "hpccoll.engine._native",
                                     "engine/code.py's programs executed in C", -1, methods};
 
+/* The tables engine/code.py encodes against, exported so that it checks them at import
+ * (its own definitions are the source: a build out of step with them is refused). */
+static const char *const DTYPE_NAMES[] = {"i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8",
+                                          "f4", "f8"};
+static const char *const OP_NAMES[] = {"sum", "prod", "max", "min"};
+static PyObject *names(const char *const *arr, Py_ssize_t n) {
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t i = 0; t != NULL && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(arr[i]);
+        if (s == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
+}
+#define NAMES(arr) names(arr, (Py_ssize_t)(sizeof(arr) / sizeof(arr[0])))
+
 PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (PyModule_AddIntConstant(m, "NROW", NROW) < 0 ||
-                      PyModule_AddIntConstant(m, "MAGIC", MAGIC) < 0)) {
+    if (m == NULL)
+        return NULL;
+    PyObject *opcodes = Py_BuildValue("{sisisisisisi}", "WAIT", OP_WAIT, "SIGNAL", OP_SIGNAL,
+                                      "COPY", OP_COPY, "REDUCE", OP_REDUCE, "PUBLISH",
+                                      OP_PUBLISH, "READ", OP_READ);
+    PyObject *dtypes = NAMES(DTYPE_NAMES), *ops = NAMES(OP_NAMES);
+    if (opcodes == NULL || dtypes == NULL || ops == NULL ||
+        PyModule_AddIntConstant(m, "NROW", NROW) < 0 ||
+        PyModule_AddIntConstant(m, "MAGIC", MAGIC) < 0 ||
+        PyModule_AddObjectRef(m, "OPCODES", opcodes) < 0 ||
+        PyModule_AddObjectRef(m, "DTYPES", dtypes) < 0 ||
+        PyModule_AddObjectRef(m, "OPS", ops) < 0 ||
+        PyModule_AddIntConstant(m, "NFNS", (long)NFNS) < 0) {
+        Py_XDECREF(opcodes);
+        Py_XDECREF(dtypes);
+        Py_XDECREF(ops);
         Py_DECREF(m);
         return NULL;
     }
+    Py_DECREF(opcodes);
+    Py_DECREF(dtypes);
+    Py_DECREF(ops);
     return m;
 }

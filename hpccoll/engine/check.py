@@ -21,7 +21,12 @@ from mpi4py import MPI
 
 from ..algorithms import build
 from ..algorithms.spec import Spec
-from .lane import Lane, ProgramLane
+from ..transport.reduction import HostOps
+from .code import built
+from .lane import Lane
+from .program import ProgramLane
+
+_INT64 = np.dtype(np.int64)
 
 
 def allgather_lane(rows: np.ndarray, comm, mpi_comm, tag) -> ProgramLane:
@@ -29,8 +34,9 @@ def allgather_lane(rows: np.ndarray, comm, mpi_comm, tag) -> ProgramLane:
     n, r = comm.size, comm.rank
     mine = np.ascontiguousarray(rows, np.int64).reshape(-1)
     prog = build(Spec("allgather", r, n, mine.size), "direct" if n <= 16 else "bruck")
-    return ProgramLane(prog, [mine, np.empty(n * mine.size, np.int64),
-                              np.empty(prog.scratch, np.int64)], None, mpi_comm, tag)
+    return ProgramLane(prog, built(prog, _INT64, None), [
+        mine, np.empty(n * mine.size, np.int64), np.empty(prog.scratch, np.int64)], None,
+        mpi_comm, tag, HostOps)
 
 
 class CheckLane(Lane):

@@ -1,48 +1,69 @@
-"""Shared-memory programs turned into straight-line code, once per plan.
+"""Programs compiled into instructions, and the executor that runs them in Python.
 
-A ProgramLane interprets its program's steps: for each one it looks at the step's type,
-turns every region into a view (a slot of the area, a peer's registered buffer, a slice of
-the caller's arrays) and calls the reduction backend.  For the programs of node-shared
-memory (algorithms/shm.py) most of that is the same at every call: the slot a relative
-epoch uses is fixed (every such collective starts on a multiple of ``shm_slots``:
-core/plan.py), so are peers' registered buffers, the op's ufunc and the flags' memory.
-``build`` works all of it out once, per plan; what is left per call is slicing the
-caller's arrays and adding the collective's epoch base.  Measured on a 64 KiB float32
-allreduce at 2 ranks, the interpretation cost more than the data movement itself.
+A step machine's program (hpccoll/algorithms) is a tuple of primitives.  ``build`` turns
+it into straight-line instructions once per plan: every region becomes either a fixed
+array (a slot of the node-shared area, a peer's registered buffer) or ``(buf, lo, hi)``,
+a slice of the call's send, receive or scratch array; an op becomes its NumPy ufunc
+where NumPy runs it.  What is left per call is slicing the caller's arrays and adding
+the collective's epoch base.  ``run`` executes them (``ProgramLane.run``): every program
+runs through it, MPI point-to-point programs, shared memory, device kernels alike.
 
-``native`` encodes the instructions once more for the C executor (``_native.c``), which
-runs them in one call per poll instead of a Python dispatch and NumPy call each: a 64 KiB
-allreduce at 2 ranks spent about a third of its time there.
+``native`` encodes a program's instructions once more for the C executor
+(``_native.c``), which runs them in one call per poll instead of a Python dispatch and a
+NumPy call each (a 64 KiB allreduce at 2 ranks spent about a third of its time in that
+Python).  The C side has the node-shared instructions only, on host buffers, with the
+reductions it has (``c_reduces``); any other program runs here.  So there are two
+executors of one instruction set: ``run`` below and ``_native.run``.  The C module's
+opcodes, dtypes and ops are checked against this module's tables at import.
 
-Instructions are tuples ``(opcode, ...)``, one per step, so the lane's program counter
-and its diagnosis (``waiting`` is the step it waits on) are those of the program.  An
-operand is an array (shared memory: fixed) or ``(buf, lo, hi)``: a slice of the call's
-send, receive or scratch array.  Only host programs of shared-memory primitives are
-compiled (no MPI transfer, no kernel backend); the others are interpreted as before.
+Instructions are tuples ``(opcode, ...)``, one per step, so a lane's program counter and
+its diagnosis (``waiting``: the step or the transfers it waits on) are those of the
+program.  An unknown step is an error at build time, never skipped.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Optional
 
 import numpy as np
 
-from ..algorithms.primitives import (PEER, PRECV, PSEND, SLOT, Copy, Publish, Reduce, ReduceN,
-                                     Scale, Signal, WaitFlags)
-from ..core import ops as table
+from ..algorithms.primitives import (PEER, PRECV, PSEND, SLOT, Copy, Post, Publish, Reduce,
+                                     ReduceN, Scale, Signal, Wait, WaitFlags)
+from ..base import ops as table
 from ..transport import cma
 from ..transport.shm import ADDR, FLAG_STRIDE
 
-WAIT, SIGNAL, COPY, UFUNC, REDUCE_N, REDUCE2, SCALE, PUBLISH, READ = range(9)
+# the instruction set (both executors; _native has the node-shared ones: NATIVE_OPCODES)
+(WAIT, SIGNAL, COPY, UFUNC, REDUCE_N, REDUCE2, SCALE, PUBLISH, READ, POST, WAITREQ,
+ OCOPY, OREDUCE2, OREDUCE_N, OSCALE) = range(15)
 
-try:                        # built at install where a C compiler is present (setup.py)
-    from . import _native
-except ImportError:         # pragma: no cover - depends on the install
-    _native = None
-
-# the reductions _native.c has, in its FNS order: dtype-major, then these ops
+# the C executor's tables: its opcodes, and its reductions in FNS order (dtype-major,
+# then these ops)
+NATIVE_OPCODES = {"WAIT": 0, "SIGNAL": 1, "COPY": 2, "REDUCE": 3, "PUBLISH": 4, "READ": 5}
 NATIVE_DTYPES = tuple(np.dtype(t) for t in ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8",
                                             "f4", "f8"))
 NATIVE_OPS = ("sum", "prod", "max", "min")
+
+
+def _checked(mod):
+    """The C executor, once its tables are this module's (a build out of step with the
+    source it came from must not run: it would reduce with the wrong function)."""
+    got = (dict(mod.OPCODES), tuple(np.dtype(t) for t in mod.DTYPES), tuple(mod.OPS),
+           mod.NFNS)
+    want = (NATIVE_OPCODES, NATIVE_DTYPES, NATIVE_OPS, len(NATIVE_DTYPES) * len(NATIVE_OPS))
+    if got != want:
+        raise ImportError(f"hpccoll/engine/_native.c's tables {got} differ from "
+                          f"engine/code.py's {want}: rebuild it (pip install -e .)")
+    return mod
+
+
+try:                        # built at install where a C compiler is present (setup.py)
+    from . import _native as _built
+except ImportError:         # pragma: no cover - depends on the install
+    _native = None
+else:
+    _native = _checked(_built)
+
 # a reduction's sources and a wait's peers are the ranks of a node: what one row holds
 C_MAX_RANKS = (_native.NROW - 6) // 2 if _native is not None else 0
 
@@ -63,20 +84,23 @@ def _flag(area, q: int, flag: int) -> memoryview:
     return memoryview(area.flags[q][i:i + 1])
 
 
-def build(program, shm, dtype: np.dtype, op: Optional[str]) -> Optional[tuple]:
-    """The instructions of ``program`` with the shared-memory runtime ``shm`` (engine/lane.py:
-    Shm) for data of ``dtype`` reduced with ``op``, or None where it cannot be compiled."""
-    area = shm.area
-    slots = area.slots
+def build(program, shm, dtype: np.dtype, op: Optional[str], host: bool = True) -> tuple:
+    """The instructions of ``program`` for data of ``dtype`` reduced with ``op``.  ``shm``:
+    the shared-memory runtime (engine/program.py: Shm) where the program uses the
+    node-shared area, else None.  ``host``: NumPy runs the local steps (HostOps); False:
+    the lane's reduction backend does (kernels with a block count, device arrays)."""
+    area = shm.area if shm is not None else None
 
     def operand(reg):
         b = reg.buf
         if b.__class__ is not tuple:
             return (b, reg.off, reg.off + reg.n)
+        if area is None:
+            raise ValueError(f"region {b!r} of a program without node-shared memory")
         if b[0] == SLOT:
             # the collective's epoch base is a multiple of the slot count: relative epoch e
             # always uses slot e mod slots
-            whole = area.slot(b[1], b[2] % slots).view(dtype)
+            whole = area.slot(b[1], b[2] % area.slots).view(dtype)
         elif b[0] == PSEND:
             whole = shm.peer_send[b[1]]
         elif b[0] == PRECV:
@@ -97,29 +121,45 @@ def build(program, shm, dtype: np.dtype, op: Optional[str]) -> Optional[tuple]:
     code = []
     for p in program.steps:
         kind = type(p)
-        if kind is WaitFlags:
+        if kind is Post:
+            code.append((POST, p, tuple((q, operand(r)) for q, r in p.sends),
+                         tuple((q, operand(r)) for q, r in p.recvs)))
+        elif kind is Wait:
+            code.append((WAITREQ, p.h))
+        elif kind is WaitFlags:
             code.append((WAIT, tuple(_flag(area, q, p.flag) for q in p.peers), p.epoch, p))
         elif kind is Signal:
             code.append((SIGNAL, _flag(area, area.rank, p.flag), p.epoch))
         elif kind is Copy and p.src.buf.__class__ is tuple and p.src.buf[0] == PEER:
             code.append((READ, operand(p.dst), peer(p.src)))
         elif kind is Copy:
-            code.append((COPY, operand(p.dst), operand(p.src)))
+            code.append((COPY if host else OCOPY, operand(p.dst), operand(p.src)))
         elif kind is Publish:
             code.append((PUBLISH, p.buf, _flag(area, area.rank, ADDR + p.buf)))
         elif kind is ReduceN:
             srcs = tuple(operand(r) for r in p.srcs)
-            if plain and not p.divisor and len(srcs) >= 2:
+            if not host:
+                code.append((OREDUCE_N, operand(p.dst), srcs, (op, p.divisor)))
+            elif plain and not p.divisor and len(srcs) >= 2:
                 code.append((UFUNC, operand(p.dst), srcs, ufunc))
             else:
                 code.append((REDUCE_N, operand(p.dst), srcs, (op, p.divisor)))
         elif kind is Reduce and op is not None:
-            code.append((REDUCE2, operand(p.dst), (operand(p.a), operand(p.b)), op))
+            code.append((REDUCE2 if host else OREDUCE2, operand(p.dst),
+                         (operand(p.a), operand(p.b)), op))
         elif kind is Scale:
-            code.append((SCALE, operand(p.dst), operand(p.src), p.divisor))
-        else:           # MPI transfers (hierarchical programs): interpreted
-            return None
+            code.append((SCALE if host else OSCALE, operand(p.dst), operand(p.src), p.divisor))
+        else:
+            raise ValueError(f"step {p!r} of program {getattr(program, 'algo', '?')!r} has "
+                             f"no instruction (op {op!r})")
     return tuple(code)
+
+
+@lru_cache(maxsize=1024)
+def built(program, dtype: np.dtype, op: Optional[str], host: bool = True) -> tuple:
+    """``build`` of a program without node-shared memory (its instructions depend on
+    nothing else: made once per program, dtype, op and backend)."""
+    return build(program, None, dtype, op, host)
 
 
 def _address(a) -> int:
@@ -130,10 +170,11 @@ def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
     """``code`` (build's instructions) encoded for _native.run: an int64 array of rows, the
     first a header (the bytes each of the call's send, recv and scratch buffers must hold),
     or None where the C executor lacks something (not built, an instruction or reduction
-    it does not have: those programs stay in Python)."""
+    it does not have: those programs run in Python)."""
     if _native is None or code is None:
         return None
     row, itemsize = _native.NROW, dtype.itemsize
+    ops = NATIVE_OPCODES
     fn = None
     if op is not None and c_reduces(dtype, op):
         fn = NATIVE_DTYPES.index(dtype) * len(NATIVE_OPS) + NATIVE_OPS.index(op)
@@ -156,26 +197,26 @@ def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
             flags = ins[1]
             if 3 + len(flags) > row:
                 return None
-            rows[i, :3] = 0, ins[2], len(flags)
+            rows[i, :3] = ops["WAIT"], ins[2], len(flags)
             for j, f in enumerate(flags):
                 rows[i, 3 + j] = _address(np.frombuffer(f, np.int64))
         elif k == SIGNAL:
-            rows[i, :3] = 1, ins[2], _address(np.frombuffer(ins[1], np.int64))
+            rows[i, :3] = ops["SIGNAL"], ins[2], _address(np.frombuffer(ins[1], np.int64))
         elif k == COPY:
-            rows[i, 0] = 2
+            rows[i, 0] = ops["COPY"]
             n = operand(ins[1], i, 1)
             if operand(ins[2], i, 3) != n:
                 return None
             rows[i, 5] = n
         elif k == PUBLISH:
-            rows[i, :3] = 4, ins[1], _address(np.frombuffer(ins[2], np.int64))
+            rows[i, :3] = ops["PUBLISH"], ins[1], _address(np.frombuffer(ins[2], np.int64))
         elif k == READ:
-            rows[i, 0] = 5
+            rows[i, 0] = ops["READ"]
             operand(ins[1], i, 1)
             word, pid, off, n = ins[2]
             rows[i, 3:7] = _address(np.frombuffer(word, np.int64)), pid, off, n
         elif k == UFUNC and fn is not None and 6 + 2 * len(ins[2]) <= row:
-            rows[i, 0] = 3
+            rows[i, 0] = ops["REDUCE"]
             n = operand(ins[1], i, 1)
             rows[i, 3:6] = n // itemsize, fn, len(ins[2])
             for j, s in enumerate(ins[2]):
@@ -188,9 +229,9 @@ def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
 
 
 def run(lane) -> bool:
-    """ProgramLane.run for compiled code: execute until a flag wait that does not hold yet,
-    or the end.  True if anything moved."""
-    native = lane.shm.native
+    """Execute ``lane``'s instructions from its program counter until a wait that does not
+    hold yet, or the end.  True if anything moved."""
+    native = lane.native
     if native is not None:
         start = lane.pc
         b = lane.bufs
@@ -206,7 +247,6 @@ def run(lane) -> bool:
     code = lane.code
     bufs = lane.bufs
     base = lane.base
-    fence = lane.shm.area.fence
     pc = start = lane.pc
     end = len(code)
     while pc < end:
@@ -219,10 +259,25 @@ def run(lane) -> bool:
                     lane.pc = pc
                     lane.waiting = ins[3]
                     return pc != start
-            fence()            # counter before data (transport/shm.py)
+            lane.shm.area.fence()      # counter before data (transport/shm.py)
             lane.waits_done += 1
+        elif k == WAITREQ:
+            h = ins[1]
+            reqs, descr, finish = lane.inflight[h]
+            if not lane._test(reqs):
+                lane.pc = pc
+                lane.waiting = h
+                return pc != start
+            del lane.inflight[h]
+            if finish is not None:
+                finish()
+            lane.waits_done += 1
+            for d in descr:
+                lane.bytes_moved += d[2]
+        elif k == POST:
+            lane.inflight[ins[1].h] = lane._post(ins[1], ins[2], ins[3])
         elif k == SIGNAL:
-            fence()            # data before counter
+            lane.shm.area.fence()      # data before counter
             ins[1][0] = base + ins[2]
         elif k == COPY:
             d, s = ins[1], ins[2]
@@ -244,11 +299,16 @@ def run(lane) -> bool:
             d = ins[1]
             if d.__class__ is tuple:
                 d = bufs[d[0]][d[1]:d[2]]
-            if k == SCALE:
+            if k == SCALE or k == OSCALE or k == OCOPY:
                 s = ins[2]
                 if s.__class__ is tuple:
                     s = bufs[s[0]][s[1]:s[2]]
-                table.scale(d, s, ins[3])
+                if k == SCALE:
+                    table.scale(d, s, ins[3])
+                elif k == OSCALE:
+                    lane.ops.scale(d, s, ins[3])
+                else:
+                    lane.ops.copy(d, s)
             else:
                 srcs = []      # (a loop: a comprehension is a call of its own)
                 for s in ins[2]:
@@ -260,9 +320,16 @@ def run(lane) -> bool:
                         u(d, s, out=d)
                 elif k == REDUCE_N:
                     table.reduce_n(ins[3][0], d, srcs, ins[3][1])
-                else:
+                elif k == REDUCE2:
                     table.reduce2(ins[3], d, srcs[0], srcs[1])
+                elif k == OREDUCE_N:
+                    lane.ops.reduce_n(ins[3][0], d, srcs, ins[3][1])
+                elif k == OREDUCE2:
+                    lane.ops.reduce(ins[3], d, srcs[0], srcs[1])
+                else:
+                    raise ValueError(f"unknown instruction {k} at {pc}")
         pc += 1
     lane.pc = pc
     lane.waiting = None
+    lane._end()
     return True

@@ -23,7 +23,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..core import mismatch
+from ..base import mismatch
 from .control import TAG_NOTE, TAG_PROBE, TAG_ROWS, TAG_VERDICT
 
 

@@ -1,21 +1,24 @@
-"""The engine ("daemon"): one progress thread per rank; it, or a thread in ``wait()``,
-makes every data-path MPI call.
+"""The engine ("daemon"): every collective of a rank, from issue to completion.
 
-    issue (core/state.py) --start now--> adopt ----------------+
-          |                                                     v
-          +--> SQ (deque) --> policy.admit --> policy.step: poll, start, switch
-                                                                |
-    Work.wait() <-- completion; callbacks, outside the lock <-- retire()
+One path for every collective, whatever its size, kind, policy, trace or check:
 
-Whoever holds ``lock`` drives: the daemon thread, or a thread in ``wait()`` (which then
-needs no hand-off between threads for its result: a hand-off costs a GIL switch interval
-when another thread is busy).  The daemon steps aside while a waiter drives.
+    CommState.issue (core/state.py) --> Engine.issue: start it on the calling thread
+        where the policy allows and nothing must go before it (``started``), or queue it
+        (``sq``)
+    Work.wait --> Engine.wait: the waiting thread takes the engine and drives it: its own
+        task alone when nothing else is pending, else whole passes (policy.step)
+    Engine.complete: the one completion (flight row, trace, gate, lane release, callbacks)
 
-The daemon never spins in pure Python holding the GIL: after ``spin_polls`` passes
-without progress it sleeps between polls (growing to ``poll_sleep_us``), and a new
-submission cuts the sleep short.  With nothing pending it parks on an Event, waking
-every ``PARK_SECONDS`` only to answer control messages (watchdog reports, mismatch
-probes, the ordering token).
+Whoever holds ``lock`` drives: the progress thread (engine/progress.py), or a thread in
+``wait()`` or ``test()``.  Only the driver polls, starts, completes or moves tasks; an
+issuing thread only appends to ``started`` or ``sq`` (both safe without the lock), so no
+task is ever polled or completed by two threads.  A waiter needs no hand-off between
+threads for its result: a hand-off costs a GIL switch interval when another thread is
+busy, so the progress thread steps aside while the application issues and waits.
+
+Failures: the first error of a task fails it, and one that only this rank knows (an MPI
+error, a kernel error) is told to the communicator's other members (TAG_FAILED), which
+fail it too instead of waiting for their watchdog.
 """
 from __future__ import annotations
 
@@ -25,53 +28,16 @@ import threading
 import time
 from collections import deque
 
-from . import flight, policies
+from ..errors import CollectiveMismatch, CollectiveTimeout, HpcCollError
+from . import flight, policies, progress
 from .control import HOST, PID, TAG_FAILED, TAG_REPORT, TAG_REPORT_REQ, Control
 from .crosscheck import CrossCheck
 from .flight import Recorder
-from .task import DONE, FAILED, RUNNING
-from .watchdog import format_report
-from ..errors import CollectiveMismatch, CollectiveTimeout, HpcCollError
+from .task import FAILED
+from .watchdog import Watchdog
 
-from ..core.state import _express   # (None where the install did not build it)
-
-PARK_SECONDS = 0.01     # parked engines look for work and control messages this often
-
-
-def _timer_slack():
-    """Linux rounds a thread's sleeps up by its timer slack (50 us by default), which turns
-    the engine's microsecond back-off into 60-110 us sleeps.  Returns set(ns) -> previous
-    value, for the calling thread, or None where prctl is unavailable."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-
-    def set_slack(ns: int) -> int:
-        old = prctl(30, 0, 0, 0, 0)           # PR_GET_TIMERSLACK
-        prctl(29, ctypes.c_ulong(ns), 0, 0, 0)  # PR_SET_TIMERSLACK
-        return old
-    return set_slack
-
-
-_SET_SLACK = _timer_slack()
+CTL_EVERY = 16          # polls of one task between control polls while it is alone
 _YIELD = getattr(os, "sched_yield", None)     # not on every platform
-FINE_SLACK_NS = 1000
-CTL_EVERY = 16          # passes between control polls while busy
-TIMEOUT_LOOK = 0.005    # seconds between the watchdog's looks at every pending collective
-LOCK_WAIT = 0.001       # seconds start_now waits for the daemon's pass (longer than one)
-# While the application itself issues and waits, the daemon's passes only compete with it
-# for the GIL and the engine's lock: it stays away until the application has been quiet
-# this long (seconds), unless a queued task, a report or the token needs it.
-APP_GRACE = 0.002
-# A collective MPI runs itself that started at issue stays "loose" (engine.loose): the
-# engine does not know it until its waiter spins out, somebody needs the engine's whole
-# view, or it is this old (seconds) with nobody waiting; then the engine adopts it.  So
-# does a shared-memory program started at issue while the engine had nothing else to do
-# (``solo``): its waiter runs it.
-LOOSE_AGE = APP_GRACE
 
 
 class Engine:
@@ -80,7 +46,11 @@ class Engine:
         self.settings = settings
         self.policy = policies.make(settings)
         self.control = Control(ctl_comm)
-        self.sq: deque = deque()
+        self.sq: deque = deque()          # queued: the driver starts them (policy.admit)
+        # started on the calling thread at issue, not yet known to the policy (insertion
+        # order: oldest first); their waiters, or the progress thread once they are
+        # LOOSE_AGE old, hand them to the policy (policy.adopt)
+        self.started: dict = {}
         self.wake = threading.Event()
         self.lock = threading.Lock()      # held by whoever drives progress
         self.driver = None                # the thread holding ``lock``
@@ -90,567 +60,278 @@ class Engine:
         self._resume = threading.Event()
         self.broken: BaseException | None = None
         self._control_tags = self.policy.control_tags
-        self._park = getattr(self.policy, "park_seconds", PARK_SECONDS)
+        self._park = getattr(self.policy, "park_seconds", progress.PARK_SECONDS)
         self.policy.bind(self)
-        # collectives MPI runs itself may start on the calling thread (core/state.py)
+        # collectives MPI runs itself may start on the calling thread at issue ...
         self.early = settings.express and self.policy.early
-        # ... and so may a shared-memory program, while the engine has nothing else
+        # ... and so may a shared-memory program, where the policy bounds nothing
         self.solo = self.early and self.policy.solo
         self.crosscheck = CrossCheck(self)
+        self.watchdog = Watchdog(self)
         self._stop = False
         self._sleeping = False            # the daemon waits on ``wake`` (submit must set it)
-        self._report = None
-        self._timeout_look = 0.0          # when _check_timeout looks at the tasks next
-        self._report_id = 0
-        self._last_tasks = None
         self.last_progress = time.monotonic()   # any task's progress, for the watchdog
         self.trace = deque(maxlen=1_000_000) if settings.trace else None
         self.flight = Recorder(settings.flight_entries) if settings.flight_entries else None
-        self._live = 0
+        self._live = 0                    # tasks the policy holds
         self.app_active = 0.0             # when the application last issued or waited
         self.unclaimed: dict = {}         # uid -> failure notice of a communicator not made yet
         self._served = 0.0                # when control messages were last served
-        # started collectives MPI runs itself that no engine pass polls yet (insertion
-        # order: oldest first); only application threads holding ``xlock`` touch them, and
-        # ``xlock`` is always taken before ``lock``, never inside it
-        self.loose: dict = {}
-        # the loose shared-memory programs among them (a dict, not a count: application
-        # threads add to it without xlock, and a dict's insertion is atomic)
-        self.loose_programs: dict = {}
-        self._loose_moves = 0             # steps loose programs made, for waiters' spin
-        self.xlock = threading.Lock()
-        self.cwait = _express.wait if settings.calls_in_c and _express is not None else None
-        self.cx = None                    # what _express.c reads of the engine, gathered there
         # counters (per daemon)
         self.passes = self.parks = self.wakeups = 0
         self.switches = 0
-        self.thread = threading.Thread(target=self._run, daemon=True,
+        self.thread = threading.Thread(target=progress.run, args=(self,), daemon=True,
                                        name=f"hpccoll-engine-r{self.control.rank}")
         self.thread.start()
 
-    # -- application side -------------------------------------------------------------
-    def submit(self, task, inline: bool = False) -> None:
-        """Queue a task.  ``inline``: a small collective on an idle engine is left for the
-        caller's wait()/test() to drive, without waking the daemon (the wake-up and the
-        GIL hand-off would cost more than the collective); the parked daemon still picks
-        it up within PARK_SECONDS if nobody waits."""
+    # -- issue ------------------------------------------------------------------------
+    def issue(self, task, inline: bool = False) -> None:
+        """A task its communicator's state just made (the state's lock is held, so
+        nothing of that communicator starts meanwhile).  It starts here, on the calling
+        thread, where the policy allows that and the communicator's previous collective
+        has posted its MPI calls: a collective MPI runs itself (no slot: it joins the
+        policy at its waiter's first poll), or a program where the policy bounds nothing
+        and its gate has room (it joins the policy here, under the engine's lock).
+        Otherwise it is queued for whoever drives next.  ``inline``: a small collective
+        whose waiter will drive it; the parked progress thread is not woken for it."""
+        lane = task.lane
+        if self.early and task.prev is None and lane.at_issue:
+            if not lane.needs_slot:
+                if lane.startable():
+                    try:
+                        task.start(task.t_issue)
+                    except Exception as exc:    # MPI's error at post time: the driver
+                        task.fault = exc        # fails the task (named, peers told)
+                        self.wake.set()
+                    self.started[task] = None
+                    return
+            elif self.solo and (lane.holds is None or lane.holds.held < lane.holds.capacity):
+                if self.lock.acquire(False):
+                    try:
+                        if self.broken is None and (lane.holds is None
+                                                    or lane.holds.held < lane.holds.capacity):
+                            self.switches += 1
+                            task.start(task.t_issue)    # (a program's start never raises)
+                            self._admit(task, started=True)
+                            return
+                    finally:
+                        self.lock.release()
+                    self.run_callbacks()
         self.sq.append(task)
         if not inline and self._sleeping:
             self.wake.set()
 
-    def start_now(self, task) -> bool:
-        """Start a startable task on the calling thread if nobody drives the engine at this
-        moment (the caller holds its communicator's lock, so nothing of that communicator
-        starts meanwhile); False: queue it instead."""
-        lock = self.lock
-        # only the daemon holds the lock when nobody waits, and only for one pass; a thread
-        # in wait() may hold it for long: then queue at once
-        if self._want or not (lock.acquire(False) or lock.acquire(timeout=LOCK_WAIT)):
-            return False
-        try:
-            if self.broken is not None:
-                return False
-            self.switches += 1
-            error = None
-            try:
-                task.start(task.t_issue)
-            except Exception as exc:    # MPI errors at post time fail the collective
-                error = exc
-            self.adopt(task, start_error=error, now=task.t_issue)
-        finally:
-            lock.release()
-        if self._callbacks:
-            self.run_callbacks()
-        return True
-
-    def adopt(self, task, start_error=None, poll_error=None, now=None) -> None:
-        """A task started by the application (start_now, or CommState.run without the
-        engine) joins it; ``start_error``/``poll_error``: what MPI raised, for the task to
-        deal with as if the engine had started or polled it; ``now``: when the
-        application was last active.  The caller holds ``lock``."""
+    def _admit(self, task, started: bool) -> None:
+        """``task`` joins the policy (the driver's lock is held): admitted to start in its
+        order, or adopted, started already."""
         self._live += 1
+        task.admitted = True
         if self.trace is not None:
             task.yield_times = []
+        if not started:
+            self.policy.admit(task)
+            return
         self.policy.adopt(task)
-        self.app_active = now or time.monotonic()
-        if start_error is not None:
-            self._failed_start(task, start_error)
-        elif poll_error is not None:
-            task.fail_from(poll_error)
+        self.app_active = time.monotonic()
+        if task.fault is not None:
+            self._failed_start(task, task.fault)
+        elif not task.finished:
+            error = self.broken or task.comm.broken
+            if error is not None:
+                task.fail(error)
         if task.finished:
             self.retire(task)
 
-    # -- loose collectives -------------------------------------------------------------
-    # A collective MPI runs itself, started at issue on the calling thread, is polled by
-    # its own waiter with no engine lock, no policy and no pass: a small collective's
-    # per-call cost is then MPI's own plus the naming (core/state.py, issue).  A
-    # shared-memory program started at issue on an idle engine is run by its waiter the
-    # same way (its steps are the polls); while several are loose, a waiter runs them all
-    # (the peers may need this rank's progress on another one first, as they would from
-    # the engine's pass).  The engine takes a loose collective over (adopt) where it must
-    # see it: a waiter that spun out, a callback, a timeout report's view, close(), free().
-    def wait_loose(self, task, timeout: float | None) -> None:
-        """Work.wait() on a loose task: poll it (with a program loose besides it, every
-        loose collective) right here for ``spin_us`` (programs: since the last step any
-        of them made; for ``spin_polls`` polls where spinning is off, and never past
-        ``timeout``), then, where ranks outnumber cores, for ``yield_polls`` polls with
-        ``sched_yield`` between them; if it is not done by then, or the engine has other
-        work, the engine adopts it, and the waiter drives as for any task."""
-        xlock = self.xlock
-        xlock.acquire()
-        try:
-            if not task.loose:
-                return
-            lane = task.lane
-            if self._live or self.sq:
-                # the engine has other work, which may be what the peers need from this
-                # rank before they can complete this one: drive it all while waiting
-                self._adopt_loose(task)
-                return
-            group = len(self.loose) > 1 and (lane.needs_slot or self.programs_loose())
-            if group:
-                def test():
-                    self._step_loose()
-                    return not task.loose      # done (or adopted: it failed)
+    def take_started(self, before: float | None = None) -> None:
+        """Every task started at issue (``before``: issued before that time) joins the
+        policy (the driver's lock is held)."""
+        for task in list(self.started):     # (list(): issuers insert meanwhile)
+            if before is not None and task.t_issue > before and task.fault is None:
+                break                       # (oldest first: the rest are younger)
+            del self.started[task]
+            if not task.retired:
+                self._admit(task, started=True)
 
-                def mark():
-                    return self._loose_moves
-            elif lane.needs_slot:
-                test = lane.test if task.check is None else task.poll_loose
-
-                def mark():
-                    return lane.pc
-            else:
-                test, mark = (lane.req.Test if task.check is None else task.poll_loose), None
-            s = self.settings
-            polls = s.spin_polls or 1
-            deadline = seen = None   # (looked up only if the first polls do not suffice)
-            try:
-                while True:
-                    for _ in range(polls):
-                        if test():
-                            if not group:
-                                self._done_loose(task)
-                            return
-                    now = time.monotonic()
-                    if deadline is None or (mark is not None and timeout is None
-                                            and mark() != seen):
-                        seen = mark and mark()
-                        spin = s.spin_us * 1e-6
-                        deadline = now + (spin if timeout is None else min(spin, timeout))
-                    elif now >= deadline:
-                        break
-                if s.yield_polls and _YIELD is not None and timeout is None:
-                    # ranks outnumber cores (spinning is off): the peer this waits for is
-                    # likely ready to run on this core; hand it over between polls, as
-                    # drive() does, before the engine takes the task over
-                    for _ in range(s.yield_polls):
-                        _YIELD()
-                        if test():
-                            if not group:
-                                self._done_loose(task)
-                            return
-            except Exception as exc:       # MPI's error: the engine explains it
-                self._adopt_loose(task, poll_error=exc)
-                return
-            self._adopt_loose(task)
-        finally:
-            xlock.release()
-
-    def _poll_loose(self, task) -> None:
-        """One poll of a loose task (Work.test(); xlock held), of every loose one where
-        programs are among them."""
-        if len(self.loose) > 1 and self.programs_loose():
-            self._step_loose()
-            return
-        try:
-            if task.lane.test() if task.check is None else task.poll_loose():
-                self._done_loose(task)
-        except Exception as exc:
-            self._adopt_loose(task, poll_error=exc)
-
-    def programs_loose(self) -> bool:
-        """Whether a shared-memory program is among the loose collectives."""
-        return bool(self.loose_programs)
-
-    def _step_loose(self) -> None:
-        """Poll every loose collective once (xlock held): each program runs as far as it
-        can, those done complete, one that fails goes to the engine with its error."""
-        try:
-            tasks = list(self.loose)
-        except RuntimeError:       # an application thread issued meanwhile: next time
-            return
-        for t in tasks:
-            if not t.loose:
-                continue
-            lane = t.lane
-            try:
-                if lane.needs_slot:
-                    pc = lane.pc
-                    done = lane.test() if t.check is None else t.poll_loose()
-                    if lane.pc != pc:
-                        self._loose_moves += 1
-                else:
-                    done = lane.req.Test() if t.check is None else t.poll_loose()
-            except Exception as exc:
-                self._adopt_loose(t, poll_error=exc)
-                continue
-            if done:
-                self._loose_moves += 1
-                self._done_loose(t)
-
-    def _done_loose(self, task) -> None:
-        """MPI completed a loose task's request, or its program ran to its end (xlock
-        held): the task completes here."""
-        lane = task.lane
-        if lane.needs_slot:
-            lane.holds.held -= 1       # (nothing else starts while it is held)
-        else:
-            lane.finish()
-        task.state = DONE
-        task.t_end = self.app_active = time.monotonic()
-        del self.loose[task]
-        self.loose_programs.pop(task, None)
-        task.loose = False
-        task.retired = True
-        if self.flight is not None:
-            self.flight.append(task)
-        task.lane.release()
-        if task.check is not None:       # the digest agreed up to here (close() skips it)
-            task.comm.retire(task)
-        task._done = True       # no callbacks: add_done_callback adopts the task first
-
-    def adopt_loose(self, blocking: bool = True) -> None:
-        """The engine takes every loose task (``blocking`` False: unless an application
-        thread is polling one right now)."""
-        if not self.loose or not self.xlock.acquire(blocking):
-            return
-        try:
-            for task in list(self.loose):
-                self._adopt_loose(task)
-        finally:
-            self.xlock.release()
-        if self._callbacks:
-            self.run_callbacks()
-
-    def _adopt_loose(self, task, poll_error=None) -> None:
-        """(xlock held) ``task`` joins the engine, failed at once if its communicator or
-        the engine broke meanwhile (nothing would complete it otherwise)."""
-        with self.lock:
-            if task not in self.loose:
-                return
-            del self.loose[task]
-            self.loose_programs.pop(task, None)
-            task.loose = False
-            error = self.broken or task.comm.broken
-            if error is not None and poll_error is None:
-                task.fail(error)
-                self._live += 1
-                self.policy.adopt(task)
-                self._complete(task)
-                return
-            self.adopt(task, poll_error=poll_error, now=self.app_active)
-
-    def idle(self) -> bool:
-        return self._live == 0 and not self.sq and not self.loose
-
-    def live(self) -> list:
-        """Every admitted task that has not finished, in the policy's order."""
-        return list(self.policy.live())
-
-    def poke(self, work=None) -> None:
-        """One pass if nobody else is driving (Work.test()); a loose ``work`` is polled
-        once by itself."""
-        if work is not None and work.loose:
-            if self.xlock.acquire(False):
-                try:
-                    if work.loose:
-                        self._poll_loose(work)
-                finally:
-                    self.xlock.release()
-            return
-        if self.lock.acquire(blocking=False):
-            self.driver = threading.get_ident()
-            try:
-                self._pass()
-            finally:
-                self.driver = None
-                self.lock.release()
-            self.run_callbacks()
-
-    def pending_on(self, state) -> bool:
-        """Whether anything of communicator ``state`` is pending: admitted, still queued,
-        or loose (each of those fails with its verdict, so the verdict is carried)."""
-        # list() of a deque or dict runs in C under the GIL: safe beside an issuing thread
-        return any(t.comm is state for t in self.live() + list(self.sq) + list(self.loose))
-
-    def pending(self) -> int:
-        return self._live + len(self.sq) + len(self.loose)
-
-    def stop(self, wait: float = 10.0) -> None:
-        self._stop = True
-        self.wake.set()
-        self._resume.set()
-        if threading.current_thread() is not self.thread:
-            self.thread.join(wait)
-
-    def stats(self) -> dict:
-        return {"passes": self.passes, "parks": self.parks, "wakeups": self.wakeups,
-                "switches": self.switches, "policy": self.policy.name}
-
-    def run_callbacks(self) -> None:
-        """Done-callbacks of completed collectives, on the thread that completed them but
-        outside the engine's lock: a callback may issue or wait for collectives."""
-        while self._callbacks:
-            try:
-                work, fns = self._callbacks.popleft()
-            except IndexError:
-                return
-            for fn in fns:
-                try:
-                    fn(work)
-                except Exception as exc:  # like concurrent.futures: report, never kill the engine
-                    print(f"hpccoll: exception in done-callback {fn!r}: {exc!r}", file=sys.stderr)
-
-    # -- driving progress ----------------------------------------------------------------
-    def _backoff(self, idle: int, event: threading.Event | None = None,
-                 waited: float = 1.0, mpi: bool = False) -> None:
-        """After ``spin_polls`` fruitless passes, sleep (GIL released) for a time that grows
-        to ``poll_sleep_us``, and for a waiter to at most an eighth of the ``waited``
-        seconds so far (a collective that takes 1 ms is not found done 100 us late); a
-        waiter polls without sleeping for its first ``spin_us`` anyway (MPI moves a large
-        message while it is tested), and for the whole wait on a collective the MPI library
-        runs itself (``mpi``: its data moves only while some call into MPI progresses it, and
-        a peer may need this rank's progress for its own; MPI's own blocking calls spin
-        likewise); ``event`` (new submissions) cuts the sleep short.  A waiter (no ``event``) first hands
-        its CPU to another process ``yield_polls`` times: on an oversubscribed node that
-        is usually the peer it waits for (the daemon never yields: nobody waits for it,
-        and it would take the CPU from the application)."""
-        s = self.settings
-        if idle <= s.spin_polls or (event is None and s.spin_us and (
-                mpi or waited * 1e6 < s.spin_us)):
-            return
-        if self.policy.hot:
-            return   # a yield happened: walk the queue at full speed (sched_yield would hand
-            #          the core to another process for a whole time slice on a busy node)
-        idle -= s.spin_polls
-        if event is None:
-            if idle <= s.yield_polls and _YIELD is not None:
-                _YIELD()
-                return
-            idle -= s.yield_polls
-        delay = min(s.poll_sleep_us, 2.0 ** min(idle, 20)) * 1e-6
-        if event is None:
-            time.sleep(min(delay, waited * 0.125))
-        else:
-            self._sleep(event, delay)
-
-    def _sleep(self, event: threading.Event, seconds: float) -> bool:
-        """Daemon sleep that a submission interrupts.  ``_sleeping`` is raised before the
-        queue is checked, so a submission either sees it and sets the event, or is seen."""
-        self._sleeping = True
-        try:
-            if self.sq:
-                return True
-            return event.wait(seconds)
-        finally:
-            self._sleeping = False
-            event.clear()
-
-    def drive(self, work, timeout: float | None) -> None:
-        """Called by Work.wait(): the waiting thread drives the engine itself, so the result
-        needs no hand-off between threads.  The daemon steps aside meanwhile."""
+    # -- waiting: the one wait ---------------------------------------------------------
+    def wait(self, task, timeout: float | None = None) -> None:
+        """Work.wait(): the waiting thread drives the engine itself until ``task``
+        completed or ``timeout`` seconds passed.  First, where nobody drives, it polls
+        right here (``spin_us`` of polls, then, where ranks outnumber cores,
+        ``yield_polls`` polls with sched_yield between them); then it takes turns with
+        other waiters and the progress thread, sleeping between fruitless passes."""
         me = threading.get_ident()
         if self.driver == me:
             raise HpcCollError(
-                f"wait() on {work!r} from the thread that drives hpccoll's engine: it cannot "
+                f"wait() on {task!r} from the thread that drives hpccoll's engine: it cannot "
                 "make progress while it waits for itself; wait in a done-callback is fine, "
                 "but not inside hpccoll's own calls")
-        task = work
-        if self.loose:
-            self.adopt_loose()       # the engine sees everything while it is driven
+        deadline = None if timeout is None else time.monotonic() + timeout
         lock = self.lock
-        if timeout is None and task.t_start is not None and lock.acquire(False):
-            # a started collective usually ends within a few polls: poll it right away,
-            # without the hand-over from the daemon (it waits for the lock meanwhile)
+        if lock.acquire(False):
             self.driver = me
             try:
-                for _ in range(self.settings.spin_polls):
-                    task.poll()
-                    if task.finished:
-                        self.retire(task)
-                        break
+                self._spin(task, deadline)
             finally:
                 self.driver = None
                 lock.release()
             if self._callbacks:
                 self.run_callbacks()
-            if work._done:
-                self.app_active = time.monotonic()
-                return
-        deadline = None if timeout is None else time.monotonic() + timeout
+        if not task._done:
+            self._drive(task, deadline)
+        self.app_active = time.monotonic()
+
+    def _spin(self, task, deadline) -> None:
+        """The waiter's first polls (the driver's lock held), until ``task`` is done,
+        callbacks wait to run, or the spin is over."""
+        if self.started:
+            self.take_started()
+        s = self.settings
+        polls = s.spin_polls or 1
+        idle = 0
+        end = None
+        while True:
+            for _ in range(polls):
+                if self._step(task, idle):
+                    idle = 0
+                else:
+                    idle += 1
+                if task._done or self._callbacks:
+                    return
+            now = time.monotonic()
+            if end is None:
+                end = now + s.spin_us * 1e-6
+                if deadline is not None and deadline < end:
+                    end = deadline
+            if now >= end:
+                break
+        if s.yield_polls and _YIELD is not None and deadline is None:
+            # ranks outnumber cores (spinning is off): the peer this waits for is likely
+            # ready to run on this core; hand it over between polls
+            for _ in range(s.yield_polls):
+                _YIELD()
+                if self._step(task, idle):
+                    idle = 0
+                else:
+                    idle += 1
+                if task._done or self._callbacks:
+                    return
+
+    def _step(self, task, idle: int) -> bool:
+        """One poll on behalf of a waiter (the driver's lock held): ``task`` alone when it
+        is all the engine has to do, else a whole pass; True on progress."""
+        if self._alone(task):
+            progressed = task.poll()
+            if task.finished:
+                self.retire(task)
+            elif not progressed and idle % CTL_EVERY == CTL_EVERY - 1:
+                self._serve_control()
+                self.crosscheck.tick()
+                if self.settings.timeout is not None:
+                    self.watchdog.check()
+            return progressed
+        if idle % CTL_EVERY and task.admitted and task.t_start is not None \
+                and not task.lane.needs_slot and not task.finished:
+            # MPI runs it: a test of its request progresses every collective MPI runs,
+            # and a whole pass (every task, the control plane) costs ten times more;
+            # every CTL_EVERY-th try is a whole pass, so everything else still moves
+            progressed = task.poll()
+            if task.finished:
+                self.retire(task)
+            return progressed
+        return self._pass()
+
+    def _alone(self, task) -> bool:
+        """The waited task is the only thing the engine has to do: nothing queued or
+        started besides, no report or token to handle.  Then a poll of that task is a
+        whole pass."""
+        return (self._live == 1 and task.admitted and task.t_start is not None
+                and not self.sq and not self.started and self.watchdog.report is None
+                and not self._control_tags and self.broken is None)
+
+    def _drive(self, task, deadline) -> None:
+        """wait() once the first spin did not finish ``task``: take turns at the lock
+        with other waiters (the progress thread steps aside meanwhile), and back off
+        between fruitless passes (engine/progress.py)."""
+        me = threading.get_ident()
+        lock = self.lock
         with self._want_lock:
             self._want += 1
             self._resume.clear()
         old_slack = None
         began = time.monotonic()
         try:
-            while not work._done:
+            while not task._done:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return
-                # short timeouts: another waiter may drive and complete our work meanwhile
+                # short timeouts: another waiter may drive and complete our task meanwhile
                 if not lock.acquire(timeout=0.002 if left is None else min(left, 0.002)):
                     continue
                 self.driver = me
                 try:
+                    if self.started:
+                        self.take_started()
                     idle = 0
-                    while not work._done:
-                        if self._alone(task):
-                            progressed = self._poll_alone(task, idle)
-                        elif idle % CTL_EVERY and task.t_start is not None \
-                                and not task.lane.needs_slot:
-                            # MPI runs it: a test of its request progresses every
-                            # collective MPI runs, and a whole pass (every task, the
-                            # control plane) costs ten times more; every CTL_EVERY-th
-                            # try is a whole pass, so everything else still moves
-                            progressed = task.poll()
-                            if task.finished:
-                                self.retire(task)
+                    while not task._done:
+                        if self._step(task, idle):
+                            idle = 0
                         else:
-                            progressed = self._pass()
+                            idle += 1
                         if self._callbacks:
                             break          # run them, outside the lock, then go on
-                        if progressed:
-                            idle = 0
+                        if idle == 0:
                             continue
-                        idle += 1
                         if deadline is not None and time.monotonic() > deadline:
                             return
-                        if (old_slack is None and _SET_SLACK and idle > self.settings.spin_polls
+                        if (old_slack is None and idle > self.settings.spin_polls
                                 + self.settings.yield_polls):
-                            old_slack = _SET_SLACK(FINE_SLACK_NS)   # about to sleep
-                        self._backoff(idle, waited=time.monotonic() - began,
-                                      mpi=not task.lane.needs_slot)
+                            old_slack = progress.fine_slack()   # about to sleep
+                        progress.backoff(self, idle, waited=time.monotonic() - began,
+                                         mpi=not task.lane.needs_slot)
                 finally:
                     self.driver = None
                     lock.release()
                 self.run_callbacks()
         finally:
             self.app_active = time.monotonic()
-            if old_slack is not None:
-                _SET_SLACK(old_slack)
+            progress.restore_slack(old_slack)
             with self._want_lock:
                 self._want -= 1
-                if self._want == 0 and (not self.idle() or self._report is not None):
-                    self._resume.set()     # work is left: the daemon takes over
+                if self._want == 0 and (not self.idle() or self.watchdog.report is not None):
+                    self._resume.set()     # work is left: the progress thread takes over
 
-    def _alone(self, task) -> bool:
-        """The waited task is the only thing the engine has to do: nothing queued, nothing
-        else live, no report or token to handle.  Then a poll of that task is a whole pass."""
-        return (self._live == 1 and not self.sq and task.t_start is not None
-                and self._report is None and not self._control_tags and self.broken is None)
-
-    def _poll_alone(self, task, idle: int) -> bool:
-        progressed = task.poll()
-        if task.finished:
-            self.retire(task)
-        elif not progressed and idle % CTL_EVERY == 0:
-            self._serve_control()
-            self.crosscheck.tick()
-            if self.settings.timeout is not None:
-                self._check_timeout()
-        return progressed
-
-    def _run(self) -> None:
-        s = self.settings
-        idle = 0
-        if _SET_SLACK:
-            _SET_SLACK(FINE_SLACK_NS)
-        me = threading.get_ident()
-        try:
-            while True:
-                if self._want:      # a waiter drives; stay out of its way
-                    self._resume.wait(self._park)
-                    idle = 0
-                    continue
-                if self.loose and self._loose_old():
-                    self.adopt_loose(blocking=False)   # nobody waits for it: take it
-                now = time.monotonic()
-                quiet = now - self.app_active
-                if quiet < APP_GRACE and not self.sq and self._report is None and not self._stop:
-                    # the application drives; a policy with control messages (the
-                    # ordering token) still has them served every park interval
-                    if not self._control_tags:
-                        self._sleep(self.wake, APP_GRACE - quiet)
-                        continue
-                    since = now - self._served
-                    if since < self._park:
-                        self._sleep(self.wake, min(APP_GRACE - quiet, self._park - since))
-                        continue
-                with self.lock:
-                    self.driver = me
-                    try:
-                        progressed = self._pass()
-                    finally:
-                        self.driver = None
-                if self._callbacks:
-                    self.run_callbacks()
-                if self._stop and (self.idle() or self.broken is not None):
-                    return
-                if progressed:
-                    idle = 0
-                    continue
-                idle += 1
-                if self.sq:
-                    continue
-                if self._live == 0 and not self.sq and self._report is None:
-                    # (loose collectives need no daemon: their waiters poll them, and it
-                    # adopts old ones when it wakes)
-                    # no work: a few slow polls (idle_polls), then park until a submission;
-                    # a parked daemon still serves control messages every PARK_SECONDS
-                    if idle > s.idle_polls:
-                        self.parks += 1
-                        if self._sleep(self.wake, self._park):
-                            self.wakeups += 1
-                            idle = 0
-                    else:
-                        self._sleep(self.wake, s.poll_sleep_us * 1e-6)
-                    continue
-                self._backoff(idle, self.wake)
-        except BaseException as exc:  # a bug in hpccoll must not hang the application
-            err = HpcCollError(f"hpccoll engine thread failed: {exc!r}")
-            err.__cause__ = exc
-            self._break(err)
-            with self.lock:
-                for t in self.live() + list(self.sq):
-                    t.fail(err)
-                    self._complete(t, admitted=t in self.policy.live())
+    def poke(self, task=None) -> None:
+        """Work.test(): one pass if nobody else is driving."""
+        if self.lock.acquire(False):
+            self.driver = threading.get_ident()
+            try:
+                if task is not None and self._alone(task) and not self.started:
+                    if task.poll() and task.finished:
+                        self.retire(task)
+                else:
+                    self._pass()
+            finally:
+                self.driver = None
+                self.lock.release()
             self.run_callbacks()
 
-    def _loose_old(self) -> bool:
-        """The oldest loose collective is older than LOOSE_AGE.  (A method: a local of
-        the daemon's loop would keep the task, and so its result, alive while it parks.)"""
-        try:
-            oldest = next(iter(self.loose), None)
-        except RuntimeError:    # an application thread changed it meanwhile: next time
-            return False
-        return oldest is not None and time.monotonic() - oldest.t_issue > LOOSE_AGE
-
-    def _pass(self) -> bool:
+    # -- one pass over everything ---------------------------------------------------------
+    def _pass(self, before: float | None = None) -> bool:
+        """One pass: everything started at issue (``before``: issued before that time)
+        and queued joins the policy, the policy steps, the control plane and the watchdog
+        are served.  True if anything progressed."""
         progressed = False
+        if self.started:
+            self.take_started(before)
         while self.sq:
             task = self.sq.popleft()
             progressed = True
             error = self.broken or task.comm.broken
             if error is not None:
                 task.fail(error)
-                self._complete(task, admitted=False)
+                self.complete(task)
                 continue
-            self._live += 1
-            if self.trace is not None:
-                task.yield_times = []
-            self.policy.admit(task)
+            self._admit(task, started=False)
         if self._live and self.broken is None:
             if self.policy.step(self):
                 progressed = True
@@ -660,10 +341,10 @@ class Engine:
             self._served = time.monotonic()
             self._serve_control()
             self.crosscheck.tick()
-        if self.settings.timeout is not None and self._report is None and self.broken is None:
-            self._check_timeout()
-        if self._report is not None:
-            self._report_progress()
+        if self.settings.timeout is not None and self.broken is None:
+            self.watchdog.check()
+        if self.watchdog.report is not None:
+            self.watchdog.progress()
         return progressed
 
     def poll_each(self, tasks) -> bool:
@@ -696,47 +377,28 @@ class Engine:
         task.fail(exc)
 
     def retire(self, task) -> None:
-        if task.state == FAILED and task.comm.broken is None:
+        """A finished task leaves (the driver's lock is held); a failure only this rank
+        knows breaks the communicator here and is told to its other members."""
+        if task.state is FAILED and task.comm.broken is None:
             if not isinstance(task.error, (CollectiveMismatch, CollectiveTimeout)):
                 # every member saw the mismatch or will time out itself; a local failure
                 # (an MPI error, a kernel error) only this rank knows: tell the others
                 me = self.control.rank
+                text = str(task.error)
                 payload = (task.comm.uid, task.ident, me, f"{type(task.error).__name__}: "
-                           f"{str(task.error).splitlines()[0] if str(task.error) else ''}")
+                           f"{text.splitlines()[0] if text else ''}")
                 self.control.broadcast(payload, task.comm.world_ranks, TAG_FAILED)
             self.break_comm(task.comm, task.error)
-        self._complete(task)
+        self.complete(task)
 
-    def _on_failed_notice(self, payload) -> None:
-        uid = payload[0]
-        state = self.ctx._state_by_uid(uid)
-        if state is None:
-            # not registered here yet: the peer failed its first collective while this
-            # rank was still inside the dup()/split() that makes the communicator (its
-            # last collective call returns at different times on different ranks).  Kept
-            # for Context._register, which breaks it on arrival; looked up once more in
-            # case it registered meanwhile (each side publishes, then looks)
-            self.unclaimed[uid] = payload
-            state = self.ctx._state_by_uid(uid)
-            if state is None or self.unclaimed.pop(uid, None) is None:
-                return
-        if state.broken is None:
-            self.break_comm(state, self.failure_notice(state, payload))
-
-    @staticmethod
-    def failure_notice(state, payload) -> HpcCollError:
-        """The error a peer's failure notice (TAG_FAILED) makes of communicator ``state``."""
-        _, ident, rank, text = payload
-        return HpcCollError(f"collective {ident} failed on rank {rank} ({text}); communicator "
-                            f"{state.name!r} is unusable")
-
-    def _complete(self, task, admitted: bool = True) -> None:
-        """Hand a finished task back to its Work, exactly once; the task keeps nothing of
-        the caller's afterwards."""
+    def complete(self, task) -> None:
+        """The one completion: hand a finished task back to its Work, exactly once, with
+        its flight row and trace record; the task keeps nothing of the caller's
+        afterwards.  Its callbacks run once the driver let go of the lock."""
         if task.retired:
             return
         task.retired = True
-        if admitted:
+        if task.admitted:
             self.policy.remove(task)
             self._live -= 1
         if self.trace is not None:
@@ -767,7 +429,78 @@ class Engine:
         for other in self.live():
             if other.comm is state:
                 other.fail(exc)
-                self._complete(other)
+                self.complete(other)
+
+    def _on_failed_notice(self, payload) -> None:
+        uid = payload[0]
+        state = self.ctx._state_by_uid(uid)
+        if state is None:
+            # not registered here yet: the peer failed its first collective while this
+            # rank was still inside the dup()/split() that makes the communicator (its
+            # last collective call returns at different times on different ranks).  Kept
+            # for Context._register, which breaks it on arrival; looked up once more in
+            # case it registered meanwhile (each side publishes, then looks)
+            self.unclaimed[uid] = payload
+            state = self.ctx._state_by_uid(uid)
+            if state is None or self.unclaimed.pop(uid, None) is None:
+                return
+        if state.broken is None:
+            self.break_comm(state, self.failure_notice(state, payload))
+
+    @staticmethod
+    def failure_notice(state, payload) -> HpcCollError:
+        """The error a peer's failure notice (TAG_FAILED) makes of communicator ``state``."""
+        _, ident, rank, text = payload
+        return HpcCollError(f"collective {ident} failed on rank {rank} ({text}); communicator "
+                            f"{state.name!r} is unusable")
+
+    # -- what is pending ---------------------------------------------------------------------
+    def idle(self) -> bool:
+        return self._live == 0 and not self.sq and not self.started
+
+    def live(self) -> list:
+        """Every admitted task that has not finished, in the policy's order."""
+        return list(self.policy.live())
+
+    def pending_on(self, state) -> bool:
+        """Whether anything of communicator ``state`` is pending: admitted, queued or
+        started at issue (each of those fails with its verdict, so the verdict is
+        carried)."""
+        # list() of a deque or dict runs in C under the GIL: safe beside an issuing thread
+        return any(t.comm is state for t in self.live() + list(self.sq) + list(self.started))
+
+    def pending_tasks(self, state=None) -> list:
+        """The unfinished tasks (of communicator ``state``, or all)."""
+        tasks = self.live() + list(self.sq) + list(self.started)
+        return [t for t in tasks if not t.retired and (state is None or t.comm is state)]
+
+    def pending(self) -> int:
+        return self._live + len(self.sq) + len(self.started)
+
+    def stop(self, wait: float = 10.0) -> None:
+        self._stop = True
+        self.wake.set()
+        self._resume.set()
+        if threading.current_thread() is not self.thread:
+            self.thread.join(wait)
+
+    def stats(self) -> dict:
+        return {"passes": self.passes, "parks": self.parks, "wakeups": self.wakeups,
+                "switches": self.switches, "policy": self.policy.name}
+
+    def run_callbacks(self) -> None:
+        """Done-callbacks of completed collectives, on the thread that completed them but
+        outside the engine's lock: a callback may issue or wait for collectives."""
+        while self._callbacks:
+            try:
+                work, fns = self._callbacks.popleft()
+            except IndexError:
+                return
+            for fn in fns:
+                try:
+                    fn(work)
+                except Exception as exc:  # like concurrent.futures: report, never kill the engine
+                    print(f"hpccoll: exception in done-callback {fn!r}: {exc!r}", file=sys.stderr)
 
     # -- control plane -----------------------------------------------------------------
     def _serve_control(self) -> None:
@@ -776,9 +509,7 @@ class Engine:
             if tag == TAG_REPORT_REQ:
                 ctl.send((obj, self.snapshot()), src, TAG_REPORT)
             elif tag == TAG_REPORT:
-                rid, snap = obj
-                if self._report is not None and rid == self._report["id"]:
-                    self._report["snaps"][src] = snap
+                self.watchdog.on_report(src, obj)
             elif tag == TAG_FAILED:
                 self._on_failed_notice(obj)
             elif tag in self.crosscheck.tags:
@@ -790,66 +521,12 @@ class Engine:
     def snapshot(self) -> dict:
         status = "ok" if self.broken is None else f"failed: {type(self.broken).__name__}"
         # a rank whose own watchdog already fired reports what was pending when it did
-        tasks = self._last_tasks if self.broken is not None and self._last_tasks is not None \
+        last = self.watchdog.last_tasks
+        tasks = last if self.broken is not None and last is not None \
             else [t.snapshot() for t in self.live()]
         return {"rank": self.control.rank, "host": HOST, "pid": PID, "status": status,
                 "policy": self.policy.name, "tasks": tasks,
                 "flight": self.flight.rows(self.ctx._epoch) if self.flight is not None else []}
-
-    # -- watchdog ------------------------------------------------------------------------
-    def _check_timeout(self) -> None:
-        """A running collective without progress for ``timeout`` fires; so does a queued
-        one (waiting for a slot, or for its global order) issued that long ago, when
-        nothing at all progressed on this rank meanwhile."""
-        now = time.monotonic()
-        if now < self._timeout_look:
-            return
-        limit = self.settings.timeout
-        # (every pass would build the list of everything pending: with a thousand
-        # collectives in flight that is most of a pass; a timeout is seconds)
-        self._timeout_look = now + min(TIMEOUT_LOOK, limit / 10)
-        stalled = now - self.last_progress > limit
-        for t in self.live():
-            if t.state == RUNNING and now - t.last_progress > limit:
-                self._start_report(t, now - t.last_progress)
-                return
-            if t.state != RUNNING and stalled and now - t.t_issue > limit:
-                self._start_report(t, now - max(t.t_issue, self.last_progress))
-                return
-
-    def _start_report(self, task, idle: float) -> None:
-        self._report_id += 1
-        rid = (self.control.rank, self._report_id)
-        self._report = {
-            "id": rid, "deadline": time.monotonic() + self.settings.report_wait,
-            "snaps": {self.control.rank: self.snapshot()},
-            "trigger": {"rank": self.control.rank, "what": task.describe(), "idle": idle,
-                        "timeout": self.settings.timeout, "policy": self.policy.name},
-        }
-        self.control.broadcast(rid, range(self.control.size), TAG_REPORT_REQ)
-
-    def _report_progress(self) -> None:
-        rep = self._report
-        if len(rep["snaps"]) < self.control.size and time.monotonic() < rep["deadline"]:
-            return
-        self._report = None
-        self._last_tasks = rep["snaps"][self.control.rank]["tasks"]
-        text = format_report(rep["trigger"], rep["snaps"], self.control.size,
-                             self.settings.report_wait)
-        if self.settings.dump_dir:
-            path = flight.dump(self.settings.dump_dir, "timeout", rep["trigger"]["what"],
-                               rep["snaps"], self.control.rank)
-            if path:
-                text += f"\nFlight record of every rank that answered: {path}"
-        if self.settings.print_report:
-            print(text, file=sys.stderr, flush=True)
-        exc = CollectiveTimeout(
-            f"rank {self.control.rank}: {rep['trigger']['what']} made no progress for "
-            f"{rep['trigger']['idle']:.1f} s (timeout={self.settings.timeout:g})", text)
-        self._break(exc)
-        for t in self.live():
-            t.fail(exc)
-            self._complete(t)
 
     def _break(self, exc: BaseException) -> None:
         if self.broken is None:

@@ -22,7 +22,7 @@ import time
 from collections import deque
 from typing import Optional
 
-from ..core.ops import dtype_name
+from ..base.ops import dtype_name
 
 KIND = "flight"
 SHOWN = 4          # newest entries per rank in a timeout report

@@ -14,9 +14,9 @@ import time
 
 from mpi4py import MPI
 
-from ..core import mismatch
-from ..core.ops import dtype_name
-from ..core.work import Work
+from ..base import mismatch
+from ..base.ops import dtype_name
+from ..base.work import Work
 from ..errors import CollectiveMismatch, HpcCollError
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
@@ -32,11 +32,10 @@ def started(prev) -> bool:
 class Task(Work):
     # what most tasks never change: class defaults, so that making one sets few fields
     key_instance = 0
-    error = doomed = gseq = yield_times = None
-    # (__init__ sets these too: core/_express.c's tasks are made without it)
+    error = doomed = gseq = yield_times = fault = None
     key = check = prev = None
     gated = False
-    retired = probed = made_progress = adopted = False
+    retired = probed = made_progress = adopted = admitted = False
     posted = False       # every MPI collective of it is posted (the next may post its own)
     t_start = t_end = None
     polls = tries = yields = yields_progress = spins = threshold = 0
@@ -156,18 +155,6 @@ class Task(Work):
         if progressed:
             self.last_progress = time.monotonic()
         return progressed
-
-    def poll_loose(self) -> bool:
-        """A loose task's poll when the communicator's digest check rides along with it
-        (engine.py, wait_loose): the check's allreduce, then the data; True once both
-        completed.  A difference found raises CollectiveMismatch here, and the engine
-        adopts the task with it, as with an error MPI raised.  The data is tested as a
-        loose task's is (lane.test: the engine finishes it), so the engine can also take
-        the task over at any point and poll it its own way."""
-        check = self.check
-        if not check.done and check.run() and check.done:
-            self._verify()
-        return self.lane.test() and check.done
 
     def fail_from(self, exc: Exception) -> None:
         """What polling raised: MPI's error (explained, where ranks disagree), a mismatch,

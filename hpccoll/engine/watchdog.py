@@ -1,12 +1,109 @@
 """Turning a hang into a report that names ranks.
 
-Pure functions over the snapshots the ranks send each other (see engine.control):
-which collectives each rank has pending, which are missing where, and, when the
-ranks wait on each other in a circle, the cycle and why it formed.
+``Watchdog`` (driven by whoever holds the engine): a running collective without
+progress for ``timeout`` seconds, or a queued one issued that long ago while nothing at
+all progressed on this rank, fires: this rank asks every rank for a snapshot of its
+pending collectives and flight record (control plane), waits ``report_wait`` for the
+answers, and fails everything pending with a CollectiveTimeout whose report names
+ranks.  Every stuck rank fires on its own, so every one raises.
+
+The rest are pure functions over the snapshots the ranks send each other: which
+collectives each rank has pending, which are missing where, and, when the ranks wait on
+each other in a circle, the cycle and why it formed.
 """
 from __future__ import annotations
 
+import sys
+import time
 from typing import Optional
+
+from ..errors import CollectiveTimeout
+from . import flight
+from .control import TAG_REPORT_REQ
+from .task import RUNNING
+
+TIMEOUT_LOOK = 0.005    # seconds between the watchdog's looks at every pending collective
+
+
+class Watchdog:
+    """One rank's watchdog (its state: the report under way, if any)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.report = None        # the report this rank collects, while it does
+        self.last_tasks = None    # this rank's pending collectives when its watchdog fired
+        self._look = 0.0          # when ``check`` looks at the tasks next
+        self._id = 0
+
+    def check(self) -> None:
+        """A running collective without progress for ``timeout`` fires; so does a queued
+        one (waiting for a slot, or for its global order) issued that long ago, when
+        nothing at all progressed on this rank meanwhile."""
+        if self.report is not None:
+            return
+        now = time.monotonic()
+        if now < self._look:
+            return
+        engine = self.engine
+        limit = engine.settings.timeout
+        # (every pass would build the list of everything pending: with a thousand
+        # collectives in flight that is most of a pass; a timeout is seconds)
+        self._look = now + min(TIMEOUT_LOOK, limit / 10)
+        stalled = now - engine.last_progress > limit
+        for t in engine.live():
+            if t.state == RUNNING and now - t.last_progress > limit:
+                self._start(t, now - t.last_progress)
+                return
+            if t.state != RUNNING and stalled and now - t.t_issue > limit:
+                self._start(t, now - max(t.t_issue, engine.last_progress))
+                return
+
+    def _start(self, task, idle: float) -> None:
+        engine = self.engine
+        ctl = engine.control
+        self._id += 1
+        rid = (ctl.rank, self._id)
+        s = engine.settings
+        self.report = {
+            "id": rid, "deadline": time.monotonic() + s.report_wait,
+            "snaps": {ctl.rank: engine.snapshot()},
+            "trigger": {"rank": ctl.rank, "what": task.describe(), "idle": idle,
+                        "timeout": s.timeout, "policy": engine.policy.name},
+        }
+        ctl.broadcast(rid, range(ctl.size), TAG_REPORT_REQ)
+
+    def on_report(self, src: int, obj) -> None:
+        """A rank's answer (TAG_REPORT) to a report request."""
+        rid, snap = obj
+        if self.report is not None and rid == self.report["id"]:
+            self.report["snaps"][src] = snap
+
+    def progress(self) -> None:
+        """Once every rank answered, or ``report_wait`` passed: fail everything pending
+        with the report."""
+        rep = self.report
+        engine = self.engine
+        ctl = engine.control
+        s = engine.settings
+        if len(rep["snaps"]) < ctl.size and time.monotonic() < rep["deadline"]:
+            return
+        self.report = None
+        self.last_tasks = rep["snaps"][ctl.rank]["tasks"]
+        text = format_report(rep["trigger"], rep["snaps"], ctl.size, s.report_wait)
+        if s.dump_dir:
+            path = flight.dump(s.dump_dir, "timeout", rep["trigger"]["what"], rep["snaps"],
+                               ctl.rank)
+            if path:
+                text += f"\nFlight record of every rank that answered: {path}"
+        if s.print_report:
+            print(text, file=sys.stderr, flush=True)
+        exc = CollectiveTimeout(
+            f"rank {ctl.rank}: {rep['trigger']['what']} made no progress for "
+            f"{rep['trigger']['idle']:.1f} s (timeout={s.timeout:g})", text)
+        engine._break(exc)
+        for t in engine.live():
+            t.fail(exc)
+            engine.complete(t)
 
 
 def _task_line(t: dict) -> str:
@@ -122,7 +219,7 @@ def format_report(trigger: dict, snaps: dict, world_size: int, waited: float) ->
                       for m in row["members"]]
             lines.append(f"  {row['coll']} {ident}: " + ", ".join(states))
     if any(snap.get("flight") for snap in snaps.values()):
-        from .flight import last_entries, standings
+        last_entries, standings = flight.last_entries, flight.standings
         lines.append("Last collectives per rank (flight recorder, newest last):")
         for rank in sorted(snaps):
             lines.append(f"  rank {rank}:")

@@ -141,7 +141,7 @@ class Comm:
             self._forward(name, *args)
             return
         self._stats[name]["native"] += 1
-        self._st.run(call, self._blocks)
+        self._st.issue(call, None, self._blocks).wait()
 
     def _nonblocking(self, name: str, plan, *args):
         work, request = self._run(name, plan, *args)
@@ -209,7 +209,7 @@ class Comm:
             if call.send is buf and buf.nbytes <= calls.RECENT_BYTES:
                 last[:] = buf, root, buf.flags.num, buf.dtype, call
         self._stats["Bcast"]["native"] += 1
-        self._st.run(call, self._blocks)
+        self._st.issue(call, None, self._blocks).wait()
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root: int = 0) -> None:
         self._blocking("Reduce", calls.reduce, sendbuf, recvbuf, op, root)
@@ -235,7 +235,7 @@ class Comm:
                            0 if sendbuf is MPI.IN_PLACE else sendbuf.flags.num,
                            recvbuf.flags.num, recvbuf.dtype, call)
         self._stats["Allreduce"]["native"] += 1
-        self._st.run(call, self._blocks)
+        self._st.issue(call, None, self._blocks).wait()
 
     def Allgather(self, sendbuf, recvbuf) -> None:
         self._blocking("Allgather", calls.allgather, sendbuf, recvbuf)

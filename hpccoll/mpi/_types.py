@@ -15,7 +15,8 @@ from typing import Optional
 import numpy as np
 
 from ..core.context import mpi as _mpi
-from ..core.ops import DTYPES, OPS, dtype_kind, op_of_mpi
+from ..base.ops import DTYPES, OPS, dtype_kind
+from ..transport.mpi import op_of_mpi
 
 MPI = _mpi()
 

@@ -27,7 +27,7 @@ def _flight(run) -> list[str]:
 
 
 def _calibration(run) -> list[str]:
-    from ..tuning.calibration import Calibration
+    from ..algorithms.calibration import Calibration
     return Calibration.from_run(run).table()
 
 

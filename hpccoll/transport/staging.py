@@ -23,8 +23,9 @@ import threading
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
-from ..core.pool import BufferPool
+from ..base.pool import BufferPool
 
 
 def _cuda():
@@ -39,7 +40,6 @@ def mpi_cuda_aware() -> bool:
     """MPIX_Query_cuda_support() of the MPI library mpi4py is linked to (False if unknown)."""
     global _AWARE
     if _AWARE is None:
-        from mpi4py import MPI
         try:
             fn = getattr(ctypes.CDLL(MPI.__file__), "MPIX_Query_cuda_support", None)
             _AWARE = bool(fn()) if fn is not None else False
@@ -52,7 +52,6 @@ def mpi_view(dev) -> Any:
     """What to hand MPI for a device region on the direct (CUDA-aware) path."""
     if type(dev).__name__ == "FakeCUDAArray":
         return dev._ary.view(np.uint8)
-    from mpi4py import MPI
     return [dev, MPI.BYTE]
 
 

@@ -88,8 +88,8 @@ def cmd_profile(args) -> int:
 
 def cmd_calibrate(args) -> int:
     import hpccoll
-    from . import calibrate
-    from .calibration import default_path
+    from ..algorithms.calibration import default_path
+    from ..core import calibrate
     from .store import environment
     out = args.out or default_path()
 

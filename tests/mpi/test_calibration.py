@@ -9,8 +9,9 @@ import pytest
 from mpi4py import MPI
 
 import hpccoll
-from hpccoll.tuning import calibrate
-from hpccoll.tuning.calibration import Calibration, mpi_library
+from hpccoll.core import calibrate
+from hpccoll.algorithms.calibration import Calibration
+from hpccoll.transport.mpi import library_name as mpi_library
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpccoll.core.ops import CONTRACT_DTYPES
+from hpccoll.base.ops import CONTRACT_DTYPES
 
 pytestmark = pytest.mark.mpi
 

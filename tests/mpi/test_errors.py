@@ -209,18 +209,19 @@ def test_unknown_option_is_rejected():
 
 @contextlib.contextmanager
 def copies_fail_on(rank: int, me: int):
-    """On ``rank`` (this rank is ``me``), every local copy of hpccoll's own algorithms
-    raises (a failure of one rank alone); restored on leaving."""
-    from hpccoll.engine import lane
-    original = lane.HostOps.copy
+    """On ``rank`` (this rank is ``me``), every local division of hpccoll's own
+    algorithms raises (a failure of one rank alone: an avg divides its input before it
+    sends anything); restored on leaving."""
+    from hpccoll.base import ops
+    original = ops.scale
     if me == rank:
-        def broken(dst, src):
+        def broken(dst, src, divisor):
             raise FloatingPointError("injected")
-        lane.HostOps.copy = staticmethod(broken)
+        ops.scale = broken
     try:
         yield
     finally:
-        lane.HostOps.copy = original
+        ops.scale = original
 
 
 @pytest.mark.mpi(min_size=2)
@@ -234,7 +235,7 @@ def test_local_failure_reaches_every_member_promptly(mpi_world):
         with copies_fail_on(1, ctx.rank):
             t0 = time.monotonic()
             with pytest.raises(hpccoll.HpcCollError) as info:
-                comm.allreduce(np.ones(16, np.float64)).wait(timeout=30)
+                comm.allreduce(np.ones(16, np.float64), op="avg").wait(timeout=30)
             assert time.monotonic() - t0 < 10          # long before the 60 s watchdog
             assert "injected" in str(info.value) or "failed on rank 1" in str(info.value)
         with pytest.raises(ContextClosed, match="unusable"):
@@ -270,7 +271,7 @@ def test_a_failure_before_the_communicator_exists_here_still_reaches_this_rank(m
             comm = ctx.world.dup(name="late")
             t0 = time.monotonic()
             with pytest.raises(hpccoll.HpcCollError, match="failed on rank 1|injected"):
-                comm.allreduce(np.ones(16, np.float64)).wait(timeout=30)
+                comm.allreduce(np.ones(16, np.float64), op="avg").wait(timeout=30)
             assert time.monotonic() - t0 < 10
         assert comm.broken is not None
         np.testing.assert_array_equal(ctx.world.allreduce(np.ones(2)).wait(timeout=30),

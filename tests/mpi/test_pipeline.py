@@ -16,18 +16,6 @@ DTYPES = ["int8", "uint8", "int32", "int64", "float32", "float64"]
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def patient_lock():
-    """A collective starts at issue only if the engine's lock is free within 1 ms (the
-    daemon's pass); ranks outnumbering cores (4 on 2 in CI) can deschedule the daemon in
-    the middle of its pass for longer.  Here the assertions are about what the calling
-    thread does once it has the lock, so it waits for it."""
-    from hpccoll.engine import engine
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(engine, "LOCK_WAIT", 5.0)
-        yield
-
-
 @pytest.fixture(scope="module")
 def pctx():
     c = hpccoll.init(policy="preemptive", timeout=60)
@@ -235,26 +223,30 @@ def test_never_waited_completes_on_the_daemon(pctx):
     np.testing.assert_array_equal(w.wait(), np.full(2, pctx.size, np.float32))
 
 
+def at_issue(w) -> bool:
+    """Whether ``w`` started on the calling thread when it was issued."""
+    return w.t_start is not None and w.t_start == w.t_issue
+
+
 def _loose(comm, x, out, tries=4):
-    """An allreduce started loose: MPI's own collective, or a shared-memory program on an
-    idle engine (every ``mismatch_every``-th call carries the deferred check, and those go
-    through the engine: try a few)."""
+    """An allreduce started at issue: MPI's own collective, or a shared-memory program on
+    an engine whose slots bind nothing."""
     for _ in range(tries):
         w = comm.allreduce(x, out)
-        if w.loose:
+        if at_issue(w):
             return w
         w.wait()
-    raise AssertionError("no collective started loose")
+    raise AssertionError("no collective started at issue")
 
 
 def test_a_loose_collective_completes_in_its_waiter(pctx):
-    """A collective MPI runs itself starts at issue and stays loose: its waiter polls it
-    without the engine, and afterwards nothing of it is left with the engine."""
+    """A collective MPI runs itself starts at issue and waits in ``engine.started``: its
+    waiter takes it and polls it, and afterwards nothing of it is left with the engine."""
     n, engine = pctx.size, pctx._engine
     x, out = np.full(3, pctx.rank + 1, np.int64), np.empty(3, np.int64)
     w = _loose(pctx.world, x, out)
-    assert w in engine.loose and engine.pending() >= 1
-    assert w.wait() is out and not w.loose and w not in engine.loose
+    assert w in engine.started and engine.pending() >= 1
+    assert w.wait() is out and w not in engine.started and w.retired
     np.testing.assert_array_equal(out, np.full(3, n * (n + 1) // 2))
     c = w.counters
     assert c["algo"] == "mpi" and c["t_end"] is not None and c["running_s"] is not None
@@ -262,7 +254,7 @@ def test_a_loose_collective_completes_in_its_waiter(pctx):
     deadline = time.monotonic() + 10
     while not w.test() and time.monotonic() < deadline:     # test() polls it too
         pass
-    assert w.test() and not w.loose
+    assert w.test() and w not in engine.started
     np.testing.assert_array_equal(out, np.full(3, n * (n + 1) // 2))
 
 
@@ -270,11 +262,12 @@ def test_a_loose_collective_nobody_waits_for_is_adopted(pctx):
     """Nobody waits: the engine takes it over (it then shows in reports and completes on
     the daemon)."""
     x, out = np.ones(2, np.float32), np.empty(2, np.float32)
+    engine = pctx._engine
     w = _loose(pctx.world, x, out)
     deadline = time.monotonic() + 10
-    while w.loose and time.monotonic() < deadline:
+    while w in engine.started and time.monotonic() < deadline:
         time.sleep(0.001)
-    assert not w.loose
+    assert w not in engine.started
     while not w._done and time.monotonic() < deadline:
         time.sleep(0.001)
     assert w._done
@@ -637,26 +630,27 @@ def test_a_shared_memory_program_runs_on_its_waiter(pctx, mpi_world):
     want = _want(mpi_world, x)
     out = np.empty_like(x)
     w = _loose(pctx.world, x, out)
-    assert w.lane.code is not None and w.plan.algo == "shm" and engine.programs_loose()
-    assert w.wait() is out and not w.loose and not engine.programs_loose()
+    assert w.lane.native is not None or w.lane.code is not None
+    assert w.plan.algo == "shm" and w.admitted
+    assert w.wait() is out and w.retired and engine.idle()
     np.testing.assert_array_equal(out, want)
     assert w.counters["t_end"] is not None
-    gate = pctx.world._state.shm["gate"]
+    gate = pctx.world._state.gate
     assert gate.held == 0
     out[:] = 0
     w = _loose(pctx.world, x, out)
     deadline = time.monotonic() + 10
     while not w.test() and time.monotonic() < deadline:
         pass
-    assert w.test() and not w.loose and gate.held == 0
+    assert w.test() and w.retired and gate.held == 0
     np.testing.assert_array_equal(out, want)
     out[:] = 0
     w = _loose(pctx.world, x, out)
-    while w.loose and time.monotonic() < deadline:      # nobody waits: the daemon adopts it
+    while not w._done and time.monotonic() < deadline:   # nobody waits: the daemon runs it
         time.sleep(0.001)
-    assert not w.loose
+    assert w._done
     np.testing.assert_array_equal(w.wait(), want)
-    assert gate.held == 0 and not engine.programs_loose()
+    assert gate.held == 0 and engine.idle()
     comm = pctx.world.dup(name="loose-program")
     out[:] = 0
     w = _loose(comm, x, out)
@@ -694,7 +688,7 @@ def test_loose_programs_in_opposite_orders_complete(pctx, mpi_world, small):
         (w2 if r % 2 else w1).wait()
         np.testing.assert_array_equal(oa, wa)
         np.testing.assert_array_equal(ob, wb)
-    assert not pctx._engine.programs_loose()
+    assert pctx._engine.idle()
     a.free()
     b.free()
 
@@ -716,7 +710,7 @@ def test_programs_start_on_the_engine_where_slots_or_order_bind(mpi_world, setti
         seen = set()
         for _ in range(4):        # (every mismatch_every-th call carries the check)
             w = ctx.world.allreduce(x)
-            seen.add(w.loose)
+            seen.add(at_issue(w))
             np.testing.assert_array_equal(w.wait(), want)
         assert seen == {False} if not loose else True in seen
     finally:
@@ -726,8 +720,8 @@ def test_programs_start_on_the_engine_where_slots_or_order_bind(mpi_world, setti
 @pytest.mark.mpi(min_size=2)
 def test_loose_programs_from_two_threads(pctx, mpi_world):
     """Two application threads, each with its own communicator, issuing and waiting for
-    shared-memory programs at once: loose ones are added without the xlock and stepped by
-    whichever waiter holds it; every result exact."""
+    shared-memory programs at once: each started at issue when the engine's lock is free,
+    and driven by whichever waiter holds it; every result exact."""
     import threading
     comms = [pctx.world.dup(name=f"thread{i}") for i in range(2)]
     xs = [((np.arange(BIG) * (i + 2) + pctx.rank) % 9 - 4).astype(np.float32)

@@ -219,40 +219,41 @@ def test_oversubscribed_node_yields_instead_of_spinning(mpi_world):
 
 
 def test_waiters_yield_before_they_sleep_and_the_daemon_never_yields(monkeypatch):
-    """Engine._backoff: spin_polls fruitless polls free, then yield_polls yields of the
+    """progress.backoff: spin_polls fruitless polls free, then yield_polls yields of the
     CPU, then sleeps growing from 1 us, for a thread in wait() (which spins the whole of
     its first spin_us, or all of a wait on a collective MPI runs, and never sleeps more
     than an eighth of what it waited so far);
     the daemon (which passes its wake-up event) goes straight from spinning to sleeping."""
     from types import SimpleNamespace
-    from hpccoll.engine import engine as en
+    from hpccoll.engine import progress as en
     calls = []
     monkeypatch.setattr(en, "_YIELD", lambda: calls.append("yield"))
     monkeypatch.setattr(en.time, "sleep", lambda d: calls.append(("sleep", round(d * 1e6))))
+    monkeypatch.setattr(en, "sleep", lambda engine, event, d: calls.append(("wake",
+                                                                            round(d * 1e6))))
     fake = SimpleNamespace(settings=SimpleNamespace(spin_polls=2, yield_polls=3,
                                                     poll_sleep_us=4.0, spin_us=50.0),
-                           policy=SimpleNamespace(hot=False),
-                           _sleep=lambda event, d: calls.append(("wake", round(d * 1e6))))
+                           policy=SimpleNamespace(hot=False))
     for idle in range(1, 9):
-        en.Engine._backoff(fake, idle, waited=49e-6)
+        en.backoff(fake, idle, waited=49e-6)
     assert calls == []                       # within spin_us
     for idle in range(1, 9):
-        en.Engine._backoff(fake, idle, waited=1.0)
+        en.backoff(fake, idle, waited=1.0)
     assert calls == ["yield"] * 3 + [("sleep", 2), ("sleep", 4), ("sleep", 4)]
     calls.clear()
-    en.Engine._backoff(fake, 8, waited=24e-6 + 50e-6)
+    en.backoff(fake, 8, waited=24e-6 + 50e-6)
     assert calls == [("sleep", 4)]
     calls.clear()
-    en.Engine._backoff(fake, 8, waited=1.0, mpi=True)
+    en.backoff(fake, 8, waited=1.0, mpi=True)
     assert calls == []                       # a collective MPI runs: spin the whole wait
     fake.settings.spin_us = 0.0
-    en.Engine._backoff(fake, 8, waited=16e-6)
+    en.backoff(fake, 8, waited=16e-6)
     assert calls == [("sleep", 2)]          # an eighth of what it waited
     calls.clear()
-    en.Engine._backoff(fake, 8, waited=16e-6, mpi=True)
+    en.backoff(fake, 8, waited=16e-6, mpi=True)
     assert calls == [("sleep", 2)]          # ...unless the node is oversubscribed
     calls.clear()
     calls.clear()
     for idle in range(1, 5):
-        en.Engine._backoff(fake, idle, event=object())
+        en.backoff(fake, idle, event=object())
     assert calls == [("wake", 2), ("wake", 4)]

@@ -1,9 +1,11 @@
-"""Compiled shared-memory programs (engine/code.py) against the interpreter and NumPy.
+"""Shared-memory programs run by both executors of engine/code.py's instructions (Python's
+``code.run`` and the C executor) against the step simulator and NumPy.
 
 Every rank's ProgramLane runs in this one process over one real node-shared area (a file
 in /dev/shm, mapped once per simulated rank, as transport/shm.py maps it), in random
-interleavings of ``run()`` calls: a compiled lane must leave the same bits as the
-interpreted one, integers exact against NumPy, whatever the order the ranks move in."""
+interleavings of ``run()`` calls: either executor must leave the same bits as the step
+simulator (tests/stepsim.py: the primitives' reference semantics), integers exact against
+NumPy, whatever the order the ranks move in."""
 import contextlib
 import os
 import tempfile
@@ -12,11 +14,13 @@ import numpy as np
 import pytest
 
 from hpccoll.algorithms import shm
-from hpccoll.algorithms.primitives import CONSUMED, READY, RECV, REDUCED, SEND, scratch_extent
+from hpccoll.algorithms.primitives import (CONSUMED, READY, RECV, REDUCED, SEND, WaitFlags,
+                                           scratch_extent)
 from hpccoll.algorithms.spec import Spec
 from hpccoll.engine import code
-from hpccoll.engine.lane import ProgramLane, Shm
-from hpccoll.engine.reduction import HostOps
+from hpccoll.engine.program import ProgramLane, Shm
+from hpccoll.transport.reduction import HostOps
+from tests import stepsim
 from hpccoll.transport.shm import FLAG_STRIDE, ShmArea, segment_bytes
 
 SLOT_BYTES = 256
@@ -84,10 +88,10 @@ def test_the_c_executor_is_built_where_required():
     assert code._native is not None
 
 
-def run_all(fn, specs, bufs, op, dtype, compiled, seed, base=0, registered=False):
+def run_all(fn, specs, bufs, op, dtype, executor, seed, base=0, registered=False):
     """Every rank's lane to its end, in a random interleaving; returns the lanes.
-    ``compiled``: False (interpreted), True (code.run in Python) or "native" (the C
-    executor where it has the program's reduction; Python otherwise)."""
+    ``executor``: "python" (code.run) or "native" (the C executor where it has the
+    program's reduction; Python otherwise)."""
     n = len(specs)
     slots = specs[0].slots
     made = areas(n, slots)
@@ -95,27 +99,26 @@ def run_all(fn, specs, bufs, op, dtype, compiled, seed, base=0, registered=False
         for flag in (READY, REDUCED, CONSUMED):
             area.flags[r][flag * FLAG_STRIDE] = base
     lanes = []
+    dt = np.dtype(dtype)
     for r, spec in enumerate(specs):
         program = Program(fn(spec))
         peer_send = [b[SEND] for b in bufs] if registered else None
         peer_recv = [b[RECV] for b in bufs] if registered else None
         rt = Shm(made[r], tuple(range(n)), peer_send, peer_recv)
-        scratch = np.empty(program.scratch, dtype)
-        lane = ProgramLane(program, [bufs[r][SEND], bufs[r][RECV], scratch], op, None, 0,
-                           HostOps)
-        lane.shm, lane.base = rt, base
-        if compiled:
-            lane.code = rt.code = code.build(program, rt, np.dtype(dtype), op)
-            assert lane.code is not None
-        if compiled == "native":
-            rt.native = code.native(lane.code, np.dtype(dtype), op)
-            dt = np.dtype(dtype)
+        instructions = code.build(program, rt, dt, op)
+        native = None
+        if executor == "native":
+            native = code.native(instructions, dt, op)
             has = (op in code.NATIVE_OPS and dt in code.NATIVE_DTYPES
                    and not (dt.kind == "f" and op in ("max", "min")))
-            kinds = {ins[0] for ins in lane.code}
+            kinds = {ins[0] for ins in instructions}
             takes = kinds <= {code.WAIT, code.SIGNAL, code.COPY} or (
                 has and kinds <= {code.WAIT, code.SIGNAL, code.COPY, code.UFUNC})
-            assert (rt.native is not None) == takes, "the C executor takes what it has"
+            assert (native is not None) == takes, "the C executor takes what it has"
+        scratch = np.empty(program.scratch, dtype)
+        lane = ProgramLane(program, instructions, [bufs[r][SEND], bufs[r][RECV], scratch], op,
+                           None, 0, HostOps, rt, native)
+        lane.base = base
         lanes.append(lane)
     rng = np.random.default_rng(seed)
     for _ in range(100_000):
@@ -126,17 +129,28 @@ def run_all(fn, specs, bufs, op, dtype, compiled, seed, base=0, registered=False
     raise AssertionError("the lanes did not finish: a wait that never holds")
 
 
+def simulated(fn, specs, bufs, op, dtype, seed, base=0):
+    """The same collective on the step simulator (its own flags and slots): the
+    reference every executor must match bit for bit."""
+    slots = specs[0].slots
+    typed = [[np.zeros(SLOT_BYTES // np.dtype(dtype).itemsize, dtype) for _ in range(slots)]
+             for _ in specs]
+    programs = [Program(fn(spec)) for spec in specs]
+    for r, p in enumerate(programs):
+        bufs[r][2] = np.empty(p.scratch, dtype)
+    stepsim.run(programs, bufs, op or "sum", seed, slots=typed, base=base)
+
+
 def both(fn, make_specs, make_bufs, op, dtype, seed, executor="python", **kw):
-    """(compiled buffers, interpreted buffers) of the same collective and inputs; the
-    compiled lanes run by ``executor``.  Both made the same number of flag waits."""
-    out, waits = [], []
-    for compiled in ("native" if executor == "native" else True, False):
-        bufs = make_bufs()
-        lanes = run_all(fn, make_specs(), bufs, op, dtype, compiled, seed, **kw)
-        waits.append([lane.waits_done for lane in lanes])
-        out.append(bufs)
-    assert waits[0] == waits[1]
-    return out
+    """(buffers ``executor`` left, buffers the step simulator left) of the same
+    collective and inputs."""
+    bufs = make_bufs()
+    lanes = run_all(fn, make_specs(), bufs, op, dtype, executor, seed, **kw)
+    waits = sum(isinstance(p, WaitFlags) for p in lanes[0].program.steps)
+    assert lanes[0].waits_done == waits          # every flag wait passed once
+    ref = make_bufs()
+    simulated(fn, make_specs(), ref, op, dtype, seed, kw.get("base", 0))
+    return bufs, ref
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
@@ -219,13 +233,38 @@ def test_reduce_broadcast_allgather_reduce_scatter(n, executor):
             mine[r][RECV], np.concatenate([x[r * count:(r + 1) * count] for x in xs]))
 
 
-def test_programs_with_mpi_transfers_are_interpreted():
-    """A hierarchical program posts MPI transfers between nodes: build() leaves it to the
-    interpreter."""
+def test_programs_with_mpi_transfers_run_in_python():
+    """A hierarchical program posts MPI transfers between nodes: it compiles (POST and
+    WAITREQ instructions), and the C executor, which has no MPI, leaves it to Python."""
     spec = Spec("allreduce", 0, 4, 64, chunk=16, local=(0, 1), cross=(0, 2))
     made = areas(2, 2)
     program = Program(shm.allreduce_hier(spec))
-    assert code.build(program, Shm(made[0], (0, 1)), np.dtype(np.int64), "sum") is None
+    instructions = code.build(program, Shm(made[0], (0, 1)), np.dtype(np.int64), "sum")
+    assert {code.POST, code.WAITREQ} <= {ins[0] for ins in instructions}
+    assert code.native(instructions, np.dtype(np.int64), "sum") is None
+
+
+def test_an_unknown_step_is_an_error():
+    """A step the instruction set has no form for is refused when the plan compiles it,
+    never skipped at run time."""
+    class Strange:
+        pass
+    with pytest.raises(ValueError, match="has no instruction"):
+        code.build(Program([Strange()]), None, np.dtype(np.int64), "sum")
+
+
+def test_the_c_executors_tables_are_checked_at_import():
+    """_native.c's opcodes, dtypes and ops are engine/code.py's, or it is refused."""
+    need_native()
+    assert code._checked(code._native) is code._native
+
+    class Stale:
+        OPCODES = dict(code.NATIVE_OPCODES, COPY=9)
+        DTYPES = code._native.DTYPES
+        OPS = code._native.OPS
+        NFNS = code._native.NFNS
+    with pytest.raises(ImportError, match="rebuild"):
+        code._checked(Stale)
 
 
 WIDE = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,

@@ -51,7 +51,7 @@ def test_describe_lists_sources():
 
 def test_dtype_names_with_and_without_bfloat16():
     import numpy as np
-    from hpccoll.core.ops import dtype_name
+    from hpccoll.base.ops import dtype_name
     assert dtype_name(np.dtype(np.float64)) == "float64"
     assert dtype_name(np.dtype(np.float32)) == "float32"
 

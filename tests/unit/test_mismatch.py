@@ -4,7 +4,7 @@ import random
 import numpy as np
 import pytest
 
-from hpccoll.core import mismatch
+from hpccoll.base import mismatch
 
 
 def _fp(rng):

@@ -9,8 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
-from hpccoll.core import ops
-from hpccoll.engine.reduction import CpuKernelOps, HostOps
+from hpccoll.base import ops
+from hpccoll.transport.reduction import CpuKernelOps, HostOps
 
 DTYPES = list(ops.CONTRACT_DTYPES) + (["bfloat16"] if ops.BFLOAT16 is not None else [])
 N = 33
@@ -99,7 +99,7 @@ def test_cuda_kernels_match_the_reference(cuda, op, dtype):
 def test_mpi_ops_match_the_reference(op, dtype):
     """The ``mpi`` row: MPI combines two contributions (avg: each divided first, as the
     MpiLane does) with its own op, which the table names; the adapter maps it back."""
-    from mpi4py import MPI
+    from hpccoll.transport import mpi as transport
     a, b = inputs(op, dtype, 2, seed=7)
     if op in ("min", "max"):
         # MPI's MIN/MAX are C comparisons: NaN and which zero a tie of 0.0 and -0.0 gives
@@ -112,11 +112,11 @@ def test_mpi_ops_match_the_reference(op, dtype):
         if divisor:
             ops.scale(a, a, divisor)
             ops.scale(b, b, divisor)
-        mpi_op = ops.mpi_op(op)
+        mpi_op = transport.mpi_op(op)
         mpi_op.Reduce_local(a, b)       # b = a (op) b
     same_bits(b, want, f"{op} {dtype}")
     if op != "avg":
-        assert ops.op_of_mpi(mpi_op) == op
+        assert transport.op_of_mpi(mpi_op) == op
 
 
 def test_float16_accumulates_in_float32_and_rounds_once(cuda):

@@ -207,7 +207,7 @@ def stepsim_run_by_node(progs, bufs, node_slots, per_node):
     from collections import defaultdict, deque
     from hpccoll.algorithms.primitives import (Copy, Post, Reduce, ReduceN, Signal, Wait,
                                                WaitFlags)
-    from hpccoll.engine.reduction import HostOps
+    from hpccoll.transport.reduction import HostOps
     n = len(progs)
     rng = random.Random(0)
     pc = [0] * n

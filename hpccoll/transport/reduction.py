@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import ops as table
+from ..base import ops as table
+from . import staging
 
 
 class HostOps:
@@ -60,7 +61,6 @@ class CudaOps:
 
     def __init__(self, blocks: int, threads_per_block: int, device=None):
         from numba_kernels import cuda as k
-        from ..transport import staging
         self.k, self.blocks, self.tpb = k, blocks, threads_per_block
         self.device = device          # the GPU of the collective's arrays (None: current)
         self.stream = staging.engine_stream(device)

@@ -2,7 +2,7 @@
 machine, per message size, for a communicator of so many ranks with so many on one node,
 on ordinary or registered buffers.
 
-``hpccoll-tune calibrate`` measures it (hpccoll/tuning/calibrate.py) and appends it to a
+``hpccoll-tune calibrate`` measures it (hpccoll/core/calibrate.py) and appends it to a
 calibration file as a run of kind ``tuning.calibration``; ``hpccoll.init`` loads the file
 the ``calibration`` setting names.  Rank 0 reads it and every rank gets rank 0's table:
 ranks must agree on the algorithm of every collective, and nodes may see different files.
@@ -21,7 +21,9 @@ from typing import Optional
 
 import numpy as np
 
+from ..base.units import human_bytes
 from ..errors import ArgumentError
+from .. import h5log
 
 KIND = "tuning.calibration"
 BUFFERS = ("host", "registered")
@@ -32,13 +34,6 @@ def default_path() -> str:
     this user's cache directory (XDG_CACHE_HOME, else ~/.cache)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "hpccoll", "calibration.h5")
-
-
-def mpi_library() -> str:
-    """The MPI library's one-line name: a table measured with another library (or another
-    version of it) does not apply."""
-    from mpi4py import MPI
-    return " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
 
 
 class Calibration:
@@ -92,7 +87,6 @@ class Calibration:
         """Text lines: per shape, a row per collective and buffers with the pick at each
         measured size and how much faster it was than MPI's own (the median times of MPI's
         own over the pick's), where both were timed."""
-        from ..timing import human_bytes
         lines = []
         for ranks, per_node in self.shapes():
             keys = [k for k in sorted(self.picks) if k[:2] == (ranks, per_node)]
@@ -116,7 +110,6 @@ class Calibration:
     def timings(self) -> list:
         """Text lines: every candidate's median time (us) per shape, collective, buffers
         and size, fastest first."""
-        from ..timing import human_bytes
         rows: dict = {}
         for (r, p, c, b, n, a), t in self.times.items():
             rows.setdefault((r, p, c, b, n), []).append((t, a))
@@ -127,7 +120,6 @@ class Calibration:
     # -- HDF5 -------------------------------------------------------------------------------
     def save(self, path: str, env: Optional[dict] = None) -> str:
         """Append this calibration to ``path`` as a run; returns where it landed."""
-        from .. import h5log
         keys = sorted(self.times)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         run = h5log.RunWriter(path, "calibration", dict(env or {}, mpi_library=self.library),
@@ -147,7 +139,6 @@ class Calibration:
     def load(cls, path: str, library: Optional[str] = None) -> "Calibration":
         """Every calibration run in ``path`` measured with MPI library ``library`` (any, when
         None), later runs over earlier ones."""
-        from .. import h5log
         try:
             runs = h5log.read(path)
         except (ValueError, OSError) as exc:

@@ -19,8 +19,12 @@ import time
 from typing import Optional
 
 import numpy as np
+from mpi4py import MPI
 
-from .calibration import Calibration, mpi_library
+from .. import algorithms
+from ..algorithms.calibration import Calibration
+from ..errors import ArgumentError
+from ..transport.mpi import library_name
 
 COLLECTIVES = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall")
 SIZES = (8, 1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
@@ -112,7 +116,6 @@ def measure_comm(comm, sizes, collectives, buffers, rounds: int, round_s: float,
     """(picks, times) on ``comm`` (collective over it): see the module's docstring.
     ``reg``: registered float32 arrays (send, receive) large enough for every size, or
     None to measure ordinary buffers only."""
-    from .. import algorithms
     size, rank = comm.size, comm.rank
     st = comm._state
     shape = st.shape
@@ -182,7 +185,6 @@ def measure_comm(comm, sizes, collectives, buffers, rounds: int, round_s: float,
 
 
 def _max():
-    from mpi4py import MPI
     return MPI.MAX
 
 
@@ -191,7 +193,6 @@ def measure(ctx, sizes=SIZES, collectives=COLLECTIVES, buffers=("host", "registe
     """The calibration of this job (collective over ``ctx.world``): for each rank count
     in ``ranks`` (default: this job's), the first that many ranks measure.  Every rank
     returns the same table."""
-    from ..errors import ArgumentError
     world = ctx.world
     picks: dict = {}
     times: dict = {}
@@ -223,4 +224,4 @@ def measure(ctx, sizes=SIZES, collectives=COLLECTIVES, buffers=("host", "registe
         while not req.Test():
             time.sleep(1e-3)
     got = ctx._ctl.bcast((picks, times) if world.rank == 0 else None, root=0)
-    return Calibration(got[0], got[1], "measured", mpi_library())
+    return Calibration(got[0], got[1], "measured", library_name())

@@ -33,6 +33,11 @@ try:  # bfloat16 where ml_dtypes is installed (the contract says "where ml_dtype
 except Exception:  # pragma: no cover - optional dependency
     BFLOAT16 = None
 
+# Every collective hpccoll runs, in the order the fingerprint numbers them (ranks that
+# disagree are told by name: base/mismatch.py).
+COLLECTIVES = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
+               "barrier", "allgatherv", "reduce_scatterv", "alltoallv")
+
 # The contract's dtypes first; the others exist for the mpi4py adapter.
 _DTYPE_NAMES = ["int8", "uint8", "int32", "int64", "float16", "float32", "float64",
                 "int16", "uint16", "uint32", "uint64", "complex64", "complex128", "bool"]
@@ -149,31 +154,6 @@ def accumulator(dt: np.dtype) -> np.dtype:
 def mpi_native(op: Optional[str], dt: np.dtype) -> bool:
     """The MPI library can run this reduction (or, op None, move this dtype) itself."""
     return dt in MPI_DTYPES and (op is None or op in CONTRACT_OPS)
-
-
-_MPI_OPS: dict = {}
-
-
-def mpi_op(name: str):
-    """MPI's own op for ``name`` (avg: MPI_SUM, on contributions divided beforehand)."""
-    op = _MPI_OPS.get(name)
-    if op is None:
-        from mpi4py import MPI
-        op = _MPI_OPS[name] = getattr(MPI, OPS[name].mpi)
-    return op
-
-
-_BY_MPI: dict = {}
-
-
-def op_of_mpi(op) -> Optional[str]:
-    """hpccoll's name for one of MPI's predefined ops (the adapter's map), or None."""
-    if not _BY_MPI:
-        from mpi4py import MPI
-        for name, o in OPS.items():
-            if name != "avg":
-                _BY_MPI[getattr(MPI, o.mpi).py2f()] = name
-    return _BY_MPI.get(op.py2f())
 
 
 # -- the NumPy reference backend -----------------------------------------------------------

@@ -36,12 +36,18 @@ from typing import Optional
 
 import numpy as np
 
-from .ops import DTYPES, OPS
+from .ops import COLLECTIVES, DTYPES, OPS
 
 FP_FIELDS = ("collective", "dtype", "count", "root", "op", "sequence", "buffers", "algorithm")
 SEQ = FP_FIELDS.index("sequence")
 MASK = (1 << 62) - 1
 _MIX = 1_000_003
+# The fingerprint's "algorithm" field: every algorithm's number (ranks must agree on the
+# algorithm).  hpccoll/algorithms checks at import that its table names no other.
+ALGO_CODES = {name: i + 1 for i, name in enumerate((
+    "binomial", "bruck", "chain", "cma", "direct", "dissemination", "doubling", "hier", "mpi",
+    "pairwise", "ring", "shm"))}
+_ALGO_NAMES = {v: k for k, v in ALGO_CODES.items()}
 
 
 def with_seq(fp: tuple, seq: int) -> tuple:
@@ -194,10 +200,7 @@ def field_text(field: str, value) -> str:
     if field == "buffers":
         return "ordinary arrays" if value == 0 else f"registered buffers (id {value:#x})"
     if field == "algorithm":
-        from ..algorithms import ALGO_CODES
-        names = {v: k for k, v in ALGO_CODES.items()}
-        return names.get(value, str(value))
-    from ..algorithms.spec import COLLECTIVES
+        return _ALGO_NAMES.get(value, str(value))
     names = {"collective": COLLECTIVES, "dtype": list(DTYPES), "op": ["none"] + list(OPS)}
     if field in names:
         table = names[field]

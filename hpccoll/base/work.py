@@ -22,20 +22,13 @@ class Work:
     _callbacks = None
     error = None          # the collective's error, once it failed
     _engine = None
-    loose = False         # started at issue, not yet known to the engine (engine.py)
 
     def wait(self, timeout: float | None = None):
         """The result buffer (recvbuf, or the array allocated for it).  Raises the
         collective's error, or WaitTimeout if ``timeout`` seconds pass first (the
         collective then stays pending)."""
         if not self._done:
-            if self.loose:
-                # its first spin and completion in C where built (core/_express.c)
-                cwait = self._engine.cwait
-                if cwait is None or not cwait(self, timeout):
-                    self._engine.wait_loose(self, timeout)
-            if not self._done:
-                self._engine.drive(self, timeout)
+            self._engine.wait(self, timeout)
             if not self._done:
                 raise WaitTimeout(f"{self.describe()} not complete after {timeout} s "
                                   "(still pending)")
@@ -58,8 +51,6 @@ class Work:
         """Call ``fn(work)`` once, on completion: at once if already complete, else on the
         thread that completes it (the engine thread, or a thread in wait()), after it let
         go of the engine: fn may issue collectives and wait for them."""
-        if self.loose:
-            self._engine.adopt_loose()     # the engine runs callbacks: it must know us
         with _LOCK:
             if not self._done:
                 if self._callbacks is None:
