@@ -1,10 +1,34 @@
-"""The metadata lives in setup.cfg; this file only declares the optional C part: the
-executor of the shared-memory programs (hpccoll/engine/_native.c).  Where it cannot be
-built (no C compiler), the install goes on without it and hpccoll runs those programs in
-Python."""
+"""The metadata lives in setup.cfg; this file declares the compiled parts, all optional:
+
+- the C executor of the shared-memory programs (hpccoll/engine/_native.c: fences, the
+  reductions and copies, process_vm_readv);
+- the per-call path, compiled by Cython from its own Python source (the modules
+  hpccoll/_compiled.py lists, typed where a .pxd sits beside them).
+
+Where they cannot be built (no C compiler, no Cython), the install goes on without them
+and the same Python source runs interpreted."""
+import os
+import runpy
+
 from setuptools import Extension, setup
 
-setup(ext_modules=[
-    Extension("hpccoll.engine._native", ["hpccoll/engine/_native.c"],
-              extra_compile_args=["-O3"], optional=True),
-])
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODULES = runpy.run_path(os.path.join(HERE, "hpccoll", "_compiled.py"))["MODULES"]
+
+extensions = [Extension("hpccoll.engine._native", ["hpccoll/engine/_native.c"],
+                        extra_compile_args=["-O3"], optional=True)]
+try:
+    from Cython.Build import cythonize
+except ImportError:       # no Cython: the per-call path runs interpreted
+    pass
+else:
+    extensions += cythonize(
+        [Extension(name, [name.replace(".", "/") + ".py"], extra_compile_args=["-O2"],
+                   optional=True) for name in MODULES],
+        build_dir="build/cython", quiet=True,
+        compiler_directives={"language_level": 3, "binding": True,
+                             # Python's annotations stay documentation: an ``int``
+                             # parameter must still take a NumPy integer
+                             "annotation_typing": False, "embedsignature": True})
+
+setup(ext_modules=extensions)

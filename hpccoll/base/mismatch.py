@@ -77,8 +77,6 @@ class Ledger:
     rolling digest of all of them, in sequence order (the same on every rank that
     issued the same collectives).  Collective s sits at s % window of two fixed lists,
     so recording one allocates nothing."""
-    __slots__ = ("every", "window", "fps", "digests", "digest", "seq", "noted", "agreed",
-                 "pending")
 
     def __init__(self, every: int, window: int):
         self.every, self.window = every, window

@@ -16,12 +16,8 @@ _LOCK = threading.Lock()   # guards completion vs. callback registration of ever
 class Work:
     """A pending collective.  ``wait()`` returns the result array once the collective
     completed; the waiting thread drives the engine itself meanwhile.  ``test()``
-    never blocks."""
-
-    _done = False
-    _callbacks = None
-    error = None          # the collective's error, once it failed
-    _engine = None
+    never blocks.  (Its fields -- the engine, the result, the error once it failed, done,
+    the callbacks -- are set by the engine's task, engine/task.py.)"""
 
     def wait(self, timeout: float | None = None):
         """The result buffer (recvbuf, or the array allocated for it).  Raises the

@@ -84,7 +84,6 @@ class PersistentSet:
     start the same request as every other rank: the set belongs to what the fingerprint
     names (collective, dtype, count, op, root), not to a plan, whose signature also holds
     what may differ between ranks (in place or not: a reduce's root; registered or not)."""
-    __slots__ = ("slots", "uses")
 
     def __init__(self, slots):
         self.slots, self.uses = slots, 0
@@ -115,10 +114,7 @@ def persistent_set(size: int, rank: int, call) -> PersistentSet:
 
 
 class Plan:
-    __slots__ = ("coll", "dtype", "count", "op", "root", "inplace", "algo", "program", "spec",
-                 "nbytes", "fp", "fp_hash", "recipe", "early", "shared", "registered", "backend",
-                 "blocks", "device", "inline", "reg_matters", "ops", "rt", "detour", "code",
-                 "native")
+    """One call signature's plan (see the module docstring); made by ``make``."""
 
 
 def _prefer(state, coll: str, nbytes: int, registered: bool) -> str:

@@ -33,9 +33,6 @@ ALLTOALLV_FP = -1            # alltoallv has no count that every rank shares
 class Call:
     """A validated collective: flat 1-D views of the send and receive memory (NumPy
     arrays, or Numba device views), the contract's count n, and what wait() returns."""
-    __slots__ = ("coll", "send", "recv", "count", "op", "root", "inplace", "result",
-                 "device", "layout", "fp_count")
-
     def __init__(self, coll, send, recv, count, op, root, inplace, result, device=None,
                  layout=(), fp_count=None):
         self.coll, self.send, self.recv, self.count = coll, send, recv, count
@@ -66,8 +63,6 @@ RECENT_BYTES = 64 << 10
 
 
 class Recent:
-    __slots__ = ("send", "recv", "a", "b", "sflags", "rflags", "dtype", "call", "weak")
-
     def __init__(self):
         self.send = self.recv = self.call = self.dtype = self.weak = None
         self.a = self.b = self.sflags = self.rflags = None

@@ -29,7 +29,6 @@ SHOWN = 4          # newest entries per rank in a timeout report
 
 
 class Recorder:
-    __slots__ = ("ring",)
 
     def __init__(self, entries: int):
         self.ring = deque(maxlen=entries)

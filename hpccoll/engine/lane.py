@@ -46,7 +46,6 @@ GPU = Gate("the GPU", 1, shared=True)
 
 class Lane:
     """The interface (and defaults) of every lane."""
-    __slots__ = ()
     needs_slot = True          # holds an execution slot while it runs (hpccoll drives it)
     holds = None               # a Gate it holds while it runs, or None (nothing bounded)
     late_post = False          # posts its MPI collective after start (task.posted waits)
@@ -88,7 +87,6 @@ class Lane:
 class MpiLane(Lane):
     """One MPI collective: ``recipe`` (transport/mpi.py's Recipe) says which, with which
     op, root and divisor, and whether persistent request ``slot`` runs it."""
-    __slots__ = ("recipe", "send", "recv", "req", "slot", "done")
     needs_slot = False
     at_issue = True
     program = MPI_PROGRAM

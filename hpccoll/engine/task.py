@@ -30,20 +30,19 @@ def started(prev) -> bool:
 
 
 class Task(Work):
-    # what most tasks never change: class defaults, so that making one sets few fields
-    key_instance = 0
-    error = doomed = gseq = yield_times = fault = None
-    key = check = prev = None
-    gated = False
-    retired = probed = made_progress = adopted = admitted = False
-    posted = False       # every MPI collective of it is posted (the next may post its own)
-    t_start = t_end = None
-    polls = tries = yields = yields_progress = spins = threshold = 0
-    consecutive = 1
-
     def __init__(self, engine, comm, plan, seq, key, lane, result, check=None, prev=None,
                  gated=False):
         self._engine = engine
+        self._done = False
+        self._callbacks = self.error = None
+        self.key_instance = 0
+        self.doomed = self.gseq = self.yield_times = self.fault = None
+        self.retired = self.probed = self.made_progress = self.adopted = self.admitted = False
+        self.posted = False  # every MPI collective of it is posted (the next may post its own)
+        self.t_start = self.t_end = None
+        self.polls = self.tries = self.yields = self.yields_progress = self.spins = 0
+        self.threshold = 0
+        self.consecutive = 1
         self.comm = comm             # the communicator's state (core/state.py)
         self.plan = plan
         self.seq, self.key = seq, key
@@ -59,11 +58,25 @@ class Task(Work):
         self.t_issue = self.last_progress = time.monotonic()
 
     # -- identity -------------------------------------------------------------------------
-    coll = property(lambda self: self.plan.coll)
-    dtype = property(lambda self: self.plan.dtype)
-    count = property(lambda self: self.plan.count)
-    root = property(lambda self: self.plan.root)
-    op = property(lambda self: self.plan.op)
+    @property
+    def coll(self):
+        return self.plan.coll
+
+    @property
+    def dtype(self):
+        return self.plan.dtype
+
+    @property
+    def count(self):
+        return self.plan.count
+
+    @property
+    def root(self):
+        return self.plan.root
+
+    @property
+    def op(self):
+        return self.plan.op
 
     @property
     def ident(self) -> str:

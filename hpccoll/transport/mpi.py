@@ -71,7 +71,6 @@ class Recipe:
     """Which MPI collective (``post``: the bound method that starts it), with which op,
     root and divisor (avg: contributions divided before MPI sums them), and which
     persistent requests it takes (``persist``: their key, or None).  A plan holds one."""
-    __slots__ = ("kind", "mpi", "post", "mop", "root", "rank", "divisor", "inplace", "persist")
 
     def __init__(self, kind, mpi_comm, mop, root, rank, divisor, inplace, persist):
         self.kind, self.mpi, self.mop, self.root, self.rank = kind, mpi_comm, mop, root, rank
@@ -85,7 +84,6 @@ class Persistent:
     the communicator's collective order like any start; the staging arrays (``shapes``:
     element counts of send and receive, None where this rank has none, and the dtype)
     are made then too, so a slot never used costs nothing."""
-    __slots__ = ("send", "recv", "req", "busy", "shapes")
 
     def __init__(self, shapes):
         self.shapes = shapes

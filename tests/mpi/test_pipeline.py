@@ -524,21 +524,20 @@ def test_truncation_is_explained_by_the_check(mpi_world, monkeypatch):
     """An MPI truncation error on rank 0's data request (forced here) does not fail the
     task at once: the check still runs, so every rank gets the same CollectiveMismatch
     naming the field, and nobody waits for rank 0's fingerprint in vain."""
-    from hpccoll.engine.lane import MpiLane
+    from hpccoll.transport import mpi as transport
     r = mpi_world.rank
     with hpccoll.init(policy="preemptive", timeout=60, check_mismatch="every") as ctx:
         comm = ctx.world.dup()      # (its barrier, under the timeout, before the fault)
         if r == 0:
-            real = MpiLane.start
-
             class Truncating:
                 def Test(self):
                     raise MPI.Exception(MPI.ERR_TRUNCATE)
 
-            def start(lane):
-                real(lane)               # the real collective, so the peers' completes
-                lane.req = Truncating()
-            monkeypatch.setattr(MpiLane, "start", start)
+            # the real collective, so the peers' complete; its request tests truncated
+            for name in ("start", "start_slot"):
+                real = getattr(transport, name)
+                monkeypatch.setattr(transport, name,
+                                    lambda *a, real=real: real(*a) and Truncating())
         w = comm.allreduce(np.ones(2 if r == 0 else 3, np.int64))
         with pytest.raises(hpccoll.CollectiveMismatch, match="count"):
             w.wait()
@@ -548,13 +547,14 @@ def test_an_mpi_error_at_start_fails_the_collective(mpi_world, monkeypatch):
     """An MPI error when a collective starts fails that collective with an error naming
     it, on every rank (each rank's start fails here, or a peer's failure notice comes
     first and the call itself raises), and the communicator is unusable after it."""
-    from hpccoll.engine.lane import MpiLane
+    from hpccoll.transport import mpi as transport
 
-    def start(lane):
+    def start(*args):
         raise MPI.Exception(MPI.ERR_OTHER)
     with hpccoll.init(policy="preemptive", timeout=60) as ctx:
         comm = ctx.world.dup()      # (its barrier, under the timeout, before the fault)
-        monkeypatch.setattr(MpiLane, "start", start)
+        monkeypatch.setattr(transport, "start", start)
+        monkeypatch.setattr(transport, "start_slot", start)
         with pytest.raises(hpccoll.HpcCollError, match=r"allreduce .*#0 int64 x2"):
             comm.allreduce(np.ones(2, np.int64)).wait()
         with pytest.raises(hpccoll.HpcCollError):

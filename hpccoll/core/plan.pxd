@@ -1,0 +1,11 @@
+# The typed form of core/plan.py (hpccoll/_compiled.py).
+cdef class PersistentSet:
+    cdef public tuple slots
+    cdef public long long uses
+
+
+cdef class Plan:
+    cdef public object coll, dtype, count, op, root, inplace, algo, program, spec, nbytes
+    cdef public object fp, fp_hash, recipe, registered, backend, blocks, ops, rt, detour
+    cdef public object code, native
+    cdef public bint early, shared, device, inline, reg_matters

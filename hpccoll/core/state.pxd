@@ -1,0 +1,17 @@
+# The typed form of core/state.py (hpccoll/_compiled.py).
+from hpccoll.core.plan cimport Plan
+from hpccoll.core.validate cimport Call
+from hpccoll.engine.task cimport Task
+
+
+cdef class CommState:
+    cdef public object ctx, engine, name, uid, lock, broken, unreported, last
+    cdef public object live_keys, key_uses, plans, persist, orphans, prefer, pool, ledger
+    cdef public object shm, gate, data, mpi, world_ranks, shape, check
+    cdef public bint freed, ok
+    cdef public long long seq, rank, size, tag_space
+    cdef public double noted_at
+
+    cpdef Task issue(self, Call call, key=*, blocks=*)
+    cpdef Plan _plan(self, Call call, bint keyed, blocks)
+    cpdef object _lane(self, Plan plan, Call call, long long tag)
