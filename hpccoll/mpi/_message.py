@@ -149,6 +149,11 @@ def array_type(dt: np.dtype):
 def _acquire(obj, readonly: bool):
     """(flat uint8 view of obj's memory, obj's buffer format, or its dtype for arrays)."""
     if isinstance(obj, np.ndarray):
+        if obj.__class__ is not np.ndarray:
+            # mpi4py takes a subclass's buffer, its data alone: a masked array's data
+            # without the mask (whose own view would not reshape to bytes), an np.matrix's
+            # elements (whose reshape(-1) stays 2-D, so slicing it picks rows, not bytes)
+            obj = np.ndarray.view(obj, np.ndarray)
         flags = obj.flags
         if not (flags.c_contiguous or flags.f_contiguous):
             raise BufferError("buffer is not contiguous")
