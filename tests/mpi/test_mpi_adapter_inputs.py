@@ -1,8 +1,8 @@
 """hpccoll.mpi.Comm on inputs mpi4py accepts beyond plain arrays: NumPy subclasses (masked
-arrays, np.matrix), objects that carry __cuda_array_interface__ themselves.  Each call
-against mpi4py's own on the same inputs, with node-shared-memory programs run by the C
-executor and by the Python one (shm_in_c), at sizes that take MPI's own collectives,
-shared memory and the pipelined paths."""
+arrays, np.matrix), objects that carry __cuda_array_interface__ themselves, a read-only
+buffer at a broadcast's root.  Each call against mpi4py's own on the same inputs, with
+node-shared-memory programs run by the C executor and by the Python one (shm_in_c), at
+sizes that take MPI's own collectives, shared memory and the pipelined paths."""
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -123,3 +123,34 @@ def test_a_raising_cuda_array_interface_is_not_read(world, ad):
     assert str(mine.value) == str(theirs.value)
     # and the adapter still works
     twin(world, ad, "Allreduce", lambda: ([np.ones(3), y := np.zeros(3)], [y]))
+
+
+BCAST_BYTES = [8, 4 << 10, 8 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20]
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int64", "float64"])
+def test_read_only_root_buffer_in_bcast(world, ad, dtype):
+    """The root of a broadcast only sends: mpi4py takes a read-only buffer there.  The C
+    executor of shared-memory programs takes it as writable (8-128 KiB): that failed the
+    root and left the communicator unusable, until the adapter sent a copy."""
+    n, r = world.size, world.rank
+    for nbytes in BCAST_BYTES:
+        k = nbytes // np.dtype(dtype).itemsize
+        for root in sorted({0, n - 1}):
+            src = data(dtype, k, root, salt=nbytes)
+
+            def build(form):
+                if r == root:
+                    b = src.copy()
+                    b.flags.writeable = False
+                else:
+                    b = np.zeros(k, dtype)
+                buf = {"plain": b, "typed": [b, MPI._typedict[b.dtype.char]],
+                       "bytes": [b.tobytes() if r == root else b, MPI.BYTE] if dtype == "uint8"
+                       else b}[form]
+                return [buf, root], [b]
+            for form in ("plain", "typed", "bytes"):   # the root's buffer compared too
+                twin(world, ad, "Bcast", lambda: build(form))
+                twin(world, ad, "Ibcast", lambda: build(form))
+    # the communicator is still usable
+    twin(world, ad, "Allreduce", lambda: ([np.arange(5) + r, y := np.zeros(5, int)], [y]))
