@@ -71,8 +71,18 @@ def _is_buffer(obj) -> bool:
 
 
 def _is_device(obj) -> bool:
-    # on the type: reading the property may raise (torch, for tensors that require grad)
-    return hasattr(type(obj), "__dlpack__") or hasattr(type(obj), "__cuda_array_interface__")
+    # mpi4py asks hasattr(obj, ...).  Asked of the type, so that a property that raises
+    # (torch, for tensors that require grad) is not read; and of the instance's own
+    # attributes, because an object may carry the interface itself (mpi4py's GPU-like test
+    # arrays set __cuda_array_interface__ in __init__), and mpi4py takes those too.
+    cls = type(obj)
+    if hasattr(cls, "__dlpack__") or hasattr(cls, "__cuda_array_interface__"):
+        return True
+    try:   # not getattr: that would reach a class's __getattr__
+        own = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return False
+    return isinstance(own, dict) and ("__cuda_array_interface__" in own or "__dlpack__" in own)
 
 
 def _on_device(buf) -> bool:
@@ -139,6 +149,11 @@ def array_type(dt: np.dtype):
 def _acquire(obj, readonly: bool):
     """(flat uint8 view of obj's memory, obj's buffer format, or its dtype for arrays)."""
     if isinstance(obj, np.ndarray):
+        if obj.__class__ is not np.ndarray:
+            # mpi4py takes a subclass's buffer, its data alone: a masked array's data
+            # without the mask (whose own view would not reshape to bytes), an np.matrix's
+            # elements (whose reshape(-1) stays 2-D, so slicing it picks rows, not bytes)
+            obj = np.ndarray.view(obj, np.ndarray)
         flags = obj.flags
         if not (flags.c_contiguous or flags.f_contiguous):
             raise BufferError("buffer is not contiguous")

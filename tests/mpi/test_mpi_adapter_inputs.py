@@ -1,0 +1,156 @@
+"""hpccoll.mpi.Comm on inputs mpi4py accepts beyond plain arrays: NumPy subclasses (masked
+arrays, np.matrix), objects that carry __cuda_array_interface__ themselves, a read-only
+buffer at a broadcast's root.  Each call against mpi4py's own on the same inputs, with
+node-shared-memory programs run by the C executor and by the Python one (shm_in_c), at
+sizes that take MPI's own collectives, shared memory and the pipelined paths."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hpccoll.mpi
+from tests.devarrays import InstanceCAI, RaisingCAI
+from tests.mpi.conftest import POLICY
+from tests.mpi.twins import data, twin
+
+# np.matrix is pending deprecation, and still what users pass
+pytestmark = [pytest.mark.mpi, pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")]
+
+COUNTS = [5, 3000, 40_003]   # entries per block: 40 B, 24 KiB (shared memory), 320 KiB
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["shm_in_c", "shm_in_python"])
+def ad(request):
+    """An adapter whose shared-memory programs run in C (where built) or in Python."""
+    comm = hpccoll.mpi.Comm(MPI.COMM_WORLD, policy=POLICY, timeout=60, shm_in_c=request.param)
+    yield comm
+    comm.context.close()
+
+
+def _masked(x: np.ndarray, salt: int) -> np.ma.MaskedArray:
+    mask = np.random.default_rng(salt).integers(0, 2, x.size).astype(bool).reshape(x.shape)
+    return np.ma.masked_array(x, mask=mask)
+
+
+def _data_and_mask(m: np.ma.MaskedArray) -> list:
+    """What to compare: the data (what MPI moves) and the mask (which it must not touch)."""
+    return [m.data, np.ma.getmaskarray(m)]
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float64"])
+def test_masked_arrays_move_their_data(world, ad, dtype):
+    """mpi4py sends a masked array's data buffer and leaves the mask alone (the adapter
+    used to view the whole masked array as bytes: ValueError from reshaping the mask)."""
+    n, r = world.size, world.rank
+    for c in COUNTS:
+        x = _masked(data(dtype, c, r), r)
+        xs = _masked(data(dtype, n * c, r, salt=1), r + 1)
+
+        def recv(k, salt=7):
+            return _masked(np.zeros(k, dtype), salt)
+        twin(world, ad, "Allreduce", lambda: ([x, y := recv(c)], _data_and_mask(y)))
+        twin(world, ad, "Allreduce",
+             lambda: ([MPI.IN_PLACE, b := _masked(x.data.copy(), 3)], _data_and_mask(b)))
+        twin(world, ad, "Iallreduce", lambda: ([x, y := recv(c), MPI.MAX], _data_and_mask(y)))
+        twin(world, ad, "Bcast", lambda: ([b := _masked(x.data.copy(), 5), n - 1],
+                                          _data_and_mask(b)))
+        twin(world, ad, "Allgather", lambda: ([x, y := recv(n * c)], _data_and_mask(y)))
+        twin(world, ad, "Alltoall", lambda: ([xs, y := recv(n * c)], _data_and_mask(y)))
+        twin(world, ad, "Reduce_scatter_block", lambda: ([xs, y := recv(c)], _data_and_mask(y)))
+        counts = [c + i for i in range(n)]
+        mine = _masked(data(dtype, counts[r], r, salt=2), 9)
+        twin(world, ad, "Allgatherv",
+             lambda: ([mine, [y := recv(sum(counts)), counts]], _data_and_mask(y)))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "float64"])
+def test_np_matrix_moves_its_elements(world, ad, dtype):
+    """An np.matrix stays 2-D when reshaped, so the adapter's byte view of it was a
+    1-row matrix and its blocks were rows: Alltoall returned wrong data where the Python
+    executor ran it, and allreduce failed in the engine."""
+    n, r = world.size, world.rank
+
+    def mat(k, salt=0):
+        return np.matrix(data(dtype, n * k, r, salt=salt).reshape(n, k))
+
+    for c in COUNTS:
+        x = mat(c)
+        twin(world, ad, "Alltoall", lambda: ([x, y := np.matrix(np.zeros((n, c), dtype))], [y]))
+        twin(world, ad, "Ialltoall", lambda: ([x, y := np.matrix(np.zeros((n, c), dtype))], [y]))
+        twin(world, ad, "Allreduce", lambda: ([x, y := np.matrix(np.zeros((n, c), dtype))], [y]))
+        twin(world, ad, "Allreduce", lambda: ([MPI.IN_PLACE, b := mat(c, 1)], [b]))
+        twin(world, ad, "Reduce_scatter_block",
+             lambda: ([x, y := np.matrix(np.zeros((1, c), dtype))], [y]))
+        twin(world, ad, "Allgather",
+             lambda: ([mat(c, 2)[r], y := np.matrix(np.zeros((n, c), dtype))], [y]))
+        twin(world, ad, "Bcast", lambda: ([b := mat(c, 3), 0], [b]))
+
+
+def test_instance_level_cuda_array_interface_is_forwarded(world, ad):
+    """An object that carries __cuda_array_interface__ itself (mpi4py's GPU-like test
+    arrays) is a device buffer to mpi4py, which runs it; the adapter forwards it (it used
+    to raise TypeError: the interface was looked for on the type only)."""
+    n, r = world.size, world.rank
+    for c in COUNTS[:2]:
+        x = data("int64", c, r)
+        xs = data("int64", n * c, r, salt=1)
+
+        def out(k):
+            return InstanceCAI(np.zeros(k, "int64"))
+        for method, build in [
+            ("Allreduce", lambda: ([InstanceCAI(x), y := out(c)], [y.arr])),
+            ("Allreduce", lambda: ([MPI.IN_PLACE, b := InstanceCAI(x.copy())], [b.arr])),
+            ("Allreduce", lambda: ([[InstanceCAI(x), MPI.INT64_T], [y := out(c), MPI.INT64_T],
+                                    MPI.MAX], [y.arr])),
+            ("Iallreduce", lambda: ([InstanceCAI(x), y := out(c)], [y.arr])),
+            ("Bcast", lambda: ([b := InstanceCAI(x.copy()), n - 1], [b.arr])),
+            ("Allgather", lambda: ([InstanceCAI(x), y := out(n * c)], [y.arr])),
+            ("Alltoall", lambda: ([InstanceCAI(xs), y := out(n * c)], [y.arr])),
+            ("Reduce_scatter_block", lambda: ([InstanceCAI(xs), y := out(c)], [y.arr])),
+            ("Allgatherv", lambda: ([InstanceCAI(x), [y := out(n * c), [c] * n]], [y.arr])),
+        ]:
+            twin(world, ad, method, build, native=False)
+
+
+def test_a_raising_cuda_array_interface_is_not_read(world, ad):
+    """A property that raises (torch, for a tensor that requires grad) is mpi4py's to
+    judge: both raise the same error, on every rank, before anything is sent."""
+    x = RaisingCAI(np.zeros(4))
+    with pytest.raises(Exception) as theirs:
+        world.Allreduce(x, np.zeros(4))
+    with pytest.raises(Exception) as mine:
+        ad.Allreduce(x, np.zeros(4))
+    assert type(mine.value) is type(theirs.value)
+    assert str(mine.value) == str(theirs.value)
+    # and the adapter still works
+    twin(world, ad, "Allreduce", lambda: ([np.ones(3), y := np.zeros(3)], [y]))
+
+
+BCAST_BYTES = [8, 4 << 10, 8 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20]
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int64", "float64"])
+def test_read_only_root_buffer_in_bcast(world, ad, dtype):
+    """The root of a broadcast only sends: mpi4py takes a read-only buffer there.  The C
+    executor of shared-memory programs takes it as writable (8-128 KiB): that failed the
+    root and left the communicator unusable, until the adapter sent a copy."""
+    n, r = world.size, world.rank
+    for nbytes in BCAST_BYTES:
+        k = nbytes // np.dtype(dtype).itemsize
+        for root in sorted({0, n - 1}):
+            src = data(dtype, k, root, salt=nbytes)
+
+            def build(form):
+                if r == root:
+                    b = src.copy()
+                    b.flags.writeable = False
+                else:
+                    b = np.zeros(k, dtype)
+                buf = {"plain": b, "typed": [b, MPI._typedict[b.dtype.char]],
+                       "bytes": [b.tobytes() if r == root else b, MPI.BYTE] if dtype == "uint8"
+                       else b}[form]
+                return [buf, root], [b]
+            for form in ("plain", "typed", "bytes"):   # the root's buffer compared too
+                twin(world, ad, "Bcast", lambda: build(form))
+                twin(world, ad, "Ibcast", lambda: build(form))
+    # the communicator is still usable
+    twin(world, ad, "Allreduce", lambda: ([np.arange(5) + r, y := np.zeros(5, int)], [y]))
