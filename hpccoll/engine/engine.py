@@ -33,7 +33,7 @@ from . import flight, policies, progress
 from .control import HOST, PID, TAG_FAILED, TAG_REPORT, TAG_REPORT_REQ, Control
 from .crosscheck import CrossCheck
 from .flight import Recorder
-from .task import FAILED
+from .task import DONE, FAILED
 from .watchdog import Watchdog
 
 CTL_EVERY = 16          # polls of one task between control polls while it is alone
@@ -182,8 +182,10 @@ class Engine:
 
     def _spin(self, task, deadline) -> None:
         """The waiter's first polls (the driver's lock held), until ``task`` is done,
-        callbacks wait to run, or the spin is over."""
-        if self.started:
+        callbacks wait to run, or the spin is over.  A task started at issue that is all
+        the engine has is polled as it is, without joining the policy (it leaves
+        ``started`` when it completes); anything else joins first."""
+        if self.started and not self._alone(task):
             self.take_started()
         s = self.settings
         polls = s.spin_polls or 1
@@ -221,8 +223,10 @@ class Engine:
         is all the engine has to do, else a whole pass; True on progress."""
         if self._alone(task):
             progressed = task.poll()
-            if task.finished:
-                self.retire(task)
+            if task.state is DONE or task.state is FAILED:
+                self.retire(task)          # (still pending in reports made meanwhile)
+                if not task.admitted:
+                    del self.started[task]
             elif not progressed and idle % CTL_EVERY == CTL_EVERY - 1:
                 self._serve_control()
                 self.crosscheck.tick()
@@ -243,10 +247,14 @@ class Engine:
     def _alone(self, task) -> bool:
         """The waited task is the only thing the engine has to do: nothing queued or
         started besides, no report or token to handle.  Then a poll of that task is a
-        whole pass."""
-        return (self._live == 1 and task.admitted and task.t_start is not None
-                and not self.sq and not self.started and self.watchdog.report is None
-                and not self._control_tags and self.broken is None)
+        whole pass.  (Not yet admitted: the one task started at issue, a healthy one.)"""
+        if (self.sq or task.t_start is None or self.watchdog.report is not None
+                or self._control_tags or self.broken is not None):
+            return False
+        if task.admitted:
+            return self._live == 1 and not self.started
+        return (self._live == 0 and task.fault is None and len(self.started) == 1
+                and task in self.started)
 
     def _drive(self, task, deadline) -> None:
         """wait() once the first spin did not finish ``task``: take turns at the lock
@@ -523,7 +531,7 @@ class Engine:
         # a rank whose own watchdog already fired reports what was pending when it did
         last = self.watchdog.last_tasks
         tasks = last if self.broken is not None and last is not None \
-            else [t.snapshot() for t in self.live()]
+            else [t.snapshot() for t in self.pending_tasks()]
         return {"rank": self.control.rank, "host": HOST, "pid": PID, "status": status,
                 "policy": self.policy.name, "tasks": tasks,
                 "flight": self.flight.rows(self.ctx._epoch) if self.flight is not None else []}
