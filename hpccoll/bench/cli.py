@@ -11,6 +11,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import abort_job
+from ..h5log import WriteFailed
 from . import cases
 from .args import AVERAGES, UsageError, parse
 from .table import footer, header, line
@@ -94,14 +95,17 @@ def run(args, mpi) -> int:
         try:
             code = _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer)
         except BaseException as exc:
-            if writer is not None:
+            if writer is not None and writer.failure is None:
                 status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-                path = writer.close(status, f"{type(exc).__name__}: {exc}")
-                print(f"# partial results ({status}) kept in {path}", file=sys.stderr, flush=True)
+                try:
+                    path = writer.close(status, f"{type(exc).__name__}: {exc}")
+                    print(f"# partial results ({status}) kept in {path}", file=sys.stderr, flush=True)
+                except WriteFailed as lost:
+                    print(f"hpccoll-bench: error: {lost}", file=sys.stderr, flush=True)
             raise
-        if writer is not None:
-            path = writer.close("complete" if code == 0 else "wrong-results")
-            print(f"# Results written to {path} (run {writer.name})", flush=True)
+        saved = _close_writer(writer, code)
+        # every rank exits alike: 1 also where rank 0 could not save the results
+        code = mpi.bcast(code if saved else max(code, 1), root=0)
     except UsageError:
         if ctx is not None:
             ctx.close()          # every rank raised it alike: closing together is safe
@@ -111,6 +115,24 @@ def run(args, mpi) -> int:
     if ctx is not None:
         ctx.close()
     return code
+
+
+def _close_writer(writer, code: int) -> bool:
+    """Rank 0: land the run and say where it went; False where it could not be saved
+    (WriteFailed: its message names the space problem and where the data is)."""
+    if writer is None:
+        return True
+    if writer.failure is not None:     # stderr said so when it happened
+        print(f"# Results not written to {writer.path}: {writer.failure}", flush=True)
+        return False
+    try:
+        path = writer.close("complete" if code == 0 else "wrong-results")
+    except WriteFailed as exc:
+        print(f"hpccoll-bench: error: {exc}", file=sys.stderr, flush=True)
+        print(f"# Results not written to {writer.path}: {exc}", flush=True)
+        return False
+    print(f"# Results written to {path} (run {writer.name})", flush=True)
+    return True
 
 
 def _open_writer(args, mpi, settings, plan, gpu_model):
@@ -179,12 +201,18 @@ def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
         if picked:
             chosen.setdefault(ln.shape.nbytes, picked)
         if table is not None:
-            first = len(table)
-            table.append(ln.rows)
-            if traces is not None:
-                for k in range(2):
-                    row = first + k * L + plan.libraries.index("hpccoll")
-                    traces.append(trace_rows(ln.traces[k], row, plan.warmup, plan.iters))
+            try:
+                first = len(table)
+                table.append(ln.rows)
+                if traces is not None:
+                    for k in range(2):
+                        row = first + k * L + plan.libraries.index("hpccoll")
+                        traces.append(trace_rows(ln.traces[k], row, plan.warmup, plan.iters))
+            except WriteFailed as exc:
+                # the table printed is still a result: measure on, write no more
+                print(f"hpccoll-bench: error: {exc}; the measurement goes on, its table is "
+                      "on stdout only", file=sys.stderr, flush=True)
+                table = traces = None
     progress.clear()
     main_lib = plan.libraries[0]
     avg = float(np.mean(busbw)) if busbw else 0.0
