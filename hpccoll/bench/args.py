@@ -15,10 +15,15 @@ Flags mean what they mean for nccl-tests' *_perf binaries (same defaults); the t
 nccl-tests' columns.  The library under test is hpccoll (or mpi: mpi4py's collectives on
 the same buffers); --compare adds the other one, interleaved iteration by iteration in the
 same run, with its time, busbw and the ratio baseline time / time (> 1: faster than the
-baseline).  Exit status: 0, 1 if any result was wrong or the results could not be saved
-(no space, ulimit -f: the message says where they are, if anywhere), 2 for bad
-arguments; an unexpected error aborts every rank (MPI_Abort) so that none is left
-waiting.  Result files: docs/results.md.
+baseline).  After the table, as '#' lines nccl-tests readers skip: the spread of every
+measurement (p10, median, p90 over the iterations) and a WARNING where the machine looked
+loaded (other processes busy on the job's CPUs) or the iterations were noisy (p90/p10
+above 2), naming what was seen; both are kept in the result file.
+
+Exit status: 0, 1 if any result was wrong or the results could not be saved (no space,
+ulimit -f: the message says where they are, if anywhere), 2 for bad arguments; an
+unexpected error aborts every rank (MPI_Abort) so that none is left waiting.  Result
+files: docs/results.md.
 """
 AVERAGES = "0=rank 0, 1=mean, 2=min, 3=max over ranks"
 
