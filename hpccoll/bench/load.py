@@ -5,9 +5,10 @@ allreduce 6x slower for a whole run), so the benchmark says so, naming what it s
 Two signs, each with its bound:
 - CPU time that is not the job's on the job's CPUs: per host, the busy time of the CPUs
   the ranks may run on (/proc/stat), less the CPU time of the ranks themselves, over the
-  measurement; above OTHER_CPU_BOUND CPUs on average it warns, naming the processes that
-  ran there the most (/proc/PID/stat).  Time the hypervisor took from a VM (steal) counts
-  alike and is named apart;
+  measurement; above OTHER_CPU_BOUND CPUs on average, while those CPUs had less than
+  IDLE_BOUND of a CPU idle (others on a big node with room to spare take nothing from the
+  job), it warns, naming the processes that ran there the most (/proc/PID/stat).  Time
+  the hypervisor took from a VM (steal) counts alike and is named apart;
 - the spread of the iterations: p90/p10 of a measurement above SPREAD_BOUND.
 
 Readings come from /proc (Linux); where it cannot be read the CPU check is skipped.
@@ -25,6 +26,7 @@ import numpy as np
 
 SPREAD_BOUND = 2.0        # p90/p10 of one measurement's iterations
 OTHER_CPU_BOUND = 0.25    # CPUs (average over the measurement) busy with what is not the job
+IDLE_BOUND = 0.5          # ... counts while the job's CPUs had less than this idle
 MIN_OTHER_SECONDS = 0.05  # below this, the clock ticks of /proc are too coarse to tell
 SHOW_PROCESS_CPU = 0.05   # processes named in a warning: at least this share of a CPU
 _HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -173,12 +175,18 @@ class HostLoad:
         """CPU seconds on the job's CPUs that were not the job's."""
         return max(0.0, self.busy - self.job)
 
+    @property
+    def idle(self) -> float:
+        """CPUs of the job's left idle, on average over the measurement."""
+        return max(0.0, self.ncpus - (self.busy + self.steal) / self.wall) if self.wall > 0 else 0.0
+
     def as_dict(self) -> dict:
         wall = self.wall or 1.0
         busiest = sorted(self.others, key=lambda o: -o[2])
         return {"host": self.host, "ncpus": self.ncpus, "wall_s": round(self.wall, 3),
                 "job_cpus": round(self.job / wall, 3), "other_cpus": round(self.other / wall, 3),
-                "steal_cpus": round(self.steal / wall, 3), "read": self.read,
+                "steal_cpus": round(self.steal / wall, 3), "idle_cpus": round(self.idle, 3),
+                "read": self.read,
                 "busiest": [[pid, name, round(s / wall, 3)] for pid, name, s in busiest[:8]
                             if s / wall >= SHOW_PROCESS_CPU]}
 
@@ -195,14 +203,15 @@ def assess(hosts: list, spreads: list, spread_bound: float = SPREAD_BOUND,
             continue
         where = f" on {h.host}" if many else ""
         other, steal = h.other / h.wall, h.steal / h.wall
-        if other >= other_bound and h.other >= MIN_OTHER_SECONDS:
+        saturated = h.idle < IDLE_BOUND
+        if other >= other_bound and h.other >= MIN_OTHER_SECONDS and saturated:
             named = [f"pid {pid} ({name}) {s / h.wall:.2f}" for pid, name, s in
                      sorted(h.others, key=lambda o: -o[2])[:3] if s / h.wall >= SHOW_PROCESS_CPU]
             out.append(f"the machine looks loaded{where}: other processes kept {other:.2f} of "
                        f"the job's {h.ncpus} CPUs busy during the measurement (the job itself "
-                       f"{h.job / h.wall:.2f})" + (f"; busiest: {', '.join(named)} CPUs"
-                                                    if named else ""))
-        if steal >= other_bound and h.steal >= MIN_OTHER_SECONDS:
+                       f"{h.job / h.wall:.2f}, idle {h.idle:.2f})"
+                       + (f"; busiest: {', '.join(named)} CPUs" if named else ""))
+        if steal >= other_bound and h.steal >= MIN_OTHER_SECONDS and saturated:
             out.append(f"the machine looks loaded{where}: the hypervisor took {steal:.2f} of "
                        f"the job's {h.ncpus} CPUs (steal time) during the measurement")
     noisy = [(spread_ratio(p10, p90), what) for what, p10, p90 in spreads
