@@ -22,6 +22,13 @@ without locks, or a holder that does not let go), the run is kept in a file of i
 and a message on stderr says where.  A run that fails with an exception still lands,
 with ``status = "failed"`` and the error text; only a killed writer leaves nothing but
 its temporary file behind.
+
+No space (a full file system, a quota, the file-size limit of ``ulimit -f``): the
+destination is left as it was and ``WriteFailed`` says why and where the run went: a
+file of its own beside the destination when the run was complete and only adding it
+failed, nowhere (the broken temporary file is removed) when the run's own file could not
+be written.  HDF5 never sees the failed write (``_GuardedIO``), so it can always close
+its file, and the process gets no SIGXFSZ.
 """
 from __future__ import annotations
 
@@ -34,9 +41,11 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -218,12 +227,16 @@ def _to_records(rows: list, dtype: np.dtype) -> np.ndarray:
 
 class Table:
     """A growing compound dataset: one row per ``append``ed dict.  The columns are
-    fixed by the first rows appended (or by ``dtype``)."""
+    fixed by the first rows appended (or by ``dtype``).  ``owner``: the RunWriter whose
+    file it is (it refuses rows once the file could not be written, and checks that each
+    flush was written)."""
 
-    def __init__(self, group, name: str, dtype: Optional[np.dtype] = None, attrs: Optional[dict] = None):
+    def __init__(self, group, name: str, dtype: Optional[np.dtype] = None,
+                 attrs: Optional[dict] = None, owner: Optional["RunWriter"] = None):
         self.group, self.name = group, name
         self.dataset = None
         self._attrs = dict(attrs or {})
+        self.owner = owner
         if dtype is not None:
             self._create(np.dtype(dtype))
 
@@ -234,6 +247,8 @@ class Table:
 
     def append(self, rows: Iterable[dict]) -> None:
         rows = list(rows)
+        if self.owner is not None:
+            self.owner._usable()
         if not rows:
             return
         if self.dataset is None:
@@ -242,10 +257,229 @@ class Table:
         n = self.dataset.shape[0]
         self.dataset.resize((n + len(recs),))
         self.dataset[n:] = recs
-        self.group.file.flush()
+        if self.owner is not None:
+            self.owner._flush()
+        else:
+            self.group.file.flush()
 
     def __len__(self) -> int:
         return 0 if self.dataset is None else self.dataset.shape[0]
+
+
+# -- writing when space runs out ---------------------------------------------------------
+_SPACE = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+class WriteFailed(OSError):
+    """A result file could not be written: no space left, a quota, the file-size limit
+    (``ulimit -f``), an I/O error.  The destination ``path`` is as it was; ``kept`` is the
+    file the run's data is in, or None where it was not saved.  ``str()`` is the whole
+    message, for a tool to print as it is."""
+
+    def __init__(self, err: int, message: str, path, kept: Optional[Path] = None):
+        super().__init__(err, message)
+        self.path, self.kept = Path(path), kept
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _size_text(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} B"
+
+
+def _left(path) -> str:
+    """What became of a destination nothing was written to."""
+    return f"{path} is unchanged" if Path(path).exists() else f"{path} was not created"
+
+
+def space_reason(exc: OSError, path, what: Optional[str] = None) -> str:
+    """Why a write to ``path`` (described as ``what``) failed, in words that name the
+    limit that was met."""
+    path = Path(path)
+    what = what or str(path)
+    if exc.errno == errno.EFBIG:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if soft != resource.RLIM_INFINITY:
+            return (f"writing {what} reached this process's file-size limit of "
+                    f"{_size_text(soft)} (ulimit -f {soft // 1024})")
+        return f"writing {what} reached the largest file its file system allows"
+    if exc.errno == errno.ENOSPC:
+        try:
+            st = os.statvfs(path.parent)
+            free = f", {_size_text(st.f_bavail * st.f_frsize)} free"
+        except OSError:
+            free = ""
+        return f"writing {what}: no space left on the file system of {path.parent}{free}"
+    if exc.errno == errno.EDQUOT:
+        return f"writing {what} exceeded the disk quota"
+    return f"writing {what} failed: {exc.strerror or exc}"
+
+
+@contextlib.contextmanager
+def _no_sigxfsz():
+    """A write past the file-size limit raises SIGXFSZ, whose default action kills the
+    process (with a core dump): with the signal ignored the write fails with EFBIG, which
+    is handled.  CPython ignores it from the start; a program that embeds Python, or a
+    library, may have restored the default.  Only the main thread may change a signal's
+    action (flight records are written from the watchdog's thread): elsewhere the signal
+    is held blocked around the write, and consumed before it is let through."""
+    if signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN:
+        yield
+        return
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGXFSZ, old)
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGXFSZ})
+    try:
+        yield
+    finally:
+        if signal.SIGXFSZ in signal.sigpending():
+            signal.sigtimedwait({signal.SIGXFSZ}, 0)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+class _GuardedIO:
+    """The file object HDF5 writes hpccoll's files through (h5py's fileobj driver).
+
+    HDF5 must never see a failed write: after one its caches are inconsistent, closing
+    the file fails again, and the library's exit handler then crashes the process with a
+    segmentation fault (HDF5 2.0 / h5py 3.16, a file past ``ulimit -f``).  So the first
+    failure is recorded in ``error`` and reported to HDF5 as a success; that write and
+    every later one go to pages in memory (read back from there), so HDF5 goes on seeing
+    a consistent file and can close it.  The caller then checks ``error`` and throws the
+    file away.  Before any failure this is a plain ``pwrite`` per HDF5 write, as HDF5's
+    own driver does (nothing buffered here: a killed writer leaves what was flushed)."""
+
+    PAGE = 1 << 16
+
+    def __init__(self, path, flags: int):
+        self.path = Path(path)
+        self.fd = os.open(self.path, flags | os.O_CLOEXEC, 0o666)
+        self.pos = 0
+        self.error: Optional[OSError] = None
+        self._pages: dict = {}      # page index -> bytearray: what was written since the error
+        self._end = 0               # the file's length as HDF5 made it, since the error
+
+    def _eof(self) -> int:
+        return max(os.fstat(self.fd).st_size, self._end)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self._eof() + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buf) -> int:
+        mv = memoryview(buf).cast("B")
+        n = len(mv)
+        data = os.pread(self.fd, n, self.pos)
+        mv[:len(data)] = data
+        mv[len(data):] = bytes(n - len(data))        # past the end reads as zeros, as in HDF5's driver
+        for index in range(self.pos // self.PAGE, (self.pos + n - 1) // self.PAGE + 1) if n else ():
+            page = self._pages.get(index)
+            if page is not None:
+                lo = max(self.pos, index * self.PAGE)
+                hi = min(self.pos + n, (index + 1) * self.PAGE)
+                mv[lo - self.pos:hi - self.pos] = page[lo - index * self.PAGE:hi - index * self.PAGE]
+        self.pos += n
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        buf = bytearray(max(0, self._eof() - self.pos) if size < 0 else size)
+        self.readinto(buf)
+        return bytes(buf)
+
+    def write(self, data) -> int:
+        mv = memoryview(data).cast("B")
+        n, done = len(mv), 0
+        if self.error is None:
+            try:
+                with _no_sigxfsz():
+                    while done < n:
+                        done += os.pwrite(self.fd, mv[done:], self.pos + done)
+            except OSError as exc:
+                self.error = exc
+        if done < n:
+            self._keep(mv[done:], self.pos + done)
+        self.pos += n
+        return n
+
+    def _keep(self, mv, offset: int) -> None:
+        self._end = max(self._end, offset + len(mv))
+        while len(mv):
+            index, at = divmod(offset, self.PAGE)
+            page = self._pages.get(index)
+            if page is None:
+                page = bytearray(self.PAGE)
+                disk = os.pread(self.fd, self.PAGE, index * self.PAGE)
+                page[:len(disk)] = disk
+                self._pages[index] = page
+            k = min(len(mv), self.PAGE - at)
+            page[at:at + k] = mv[:k]
+            mv, offset = mv[k:], offset + k
+
+    def truncate(self, size: Optional[int] = None) -> int:
+        size = self.pos if size is None else size
+        if self.error is None:
+            try:
+                with _no_sigxfsz():
+                    os.ftruncate(self.fd, size)
+            except OSError as exc:
+                self.error = exc
+        if self.error is not None:
+            self._end = size
+        return size
+
+    def flush(self) -> None:
+        pass          # nothing is buffered here
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _h5_open(path, mode: str):
+    """(h5py.File, its _GuardedIO) for writing: mode "x" creates the file, "a" changes it."""
+    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if mode == "x" else 0)
+    io = _GuardedIO(path, flags)
+    try:
+        return _h5py().File(io, "w" if mode == "x" else "r+"), io
+    except BaseException:
+        io.close()
+        raise
+
+
+def _h5_close(f, io: _GuardedIO) -> Optional[OSError]:
+    """Close both; the write error met, if any (the file is then not to be used)."""
+    try:
+        f.close()
+    finally:
+        io.close()
+    return io.error
+
+
+@contextlib.contextmanager
+def _h5_changed(path, mode: str = "a"):
+    """An h5py.File that is written and closed in the block; OSError (the write's, with
+    the file's name) if any write failed, after it was closed."""
+    f, io = _h5_open(path, mode)
+    try:
+        yield f
+    finally:
+        error = _h5_close(f, io)
+    if error is not None:
+        raise OSError(error.errno, error.strerror, str(path))
 
 
 # -- landing a file: the lock, the temporary names ----------------------------------------
@@ -322,18 +556,24 @@ def whole_file(path, timeout: float = LOCK_TIMEOUT):
     """An h5py.File for a file written whole in a layout of its own (not runs): written
     under a temporary name and moved over ``path`` under its lock when the block ends,
     also when the block fails (then with root attributes ``status = failed`` and
-    ``error``), so the file under the real name is always one that was closed properly."""
+    ``error``), so the file under the real name is always one that was closed properly.
+    WriteFailed where it could not be written (``path`` is then unchanged)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_name(path, "tmp")
-    f = _h5py().File(tmp, "x")
+    f, io = _h5_open(tmp, "x")
     try:
         yield f
     except BaseException as exc:
         write_attrs(f, {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
         raise
     finally:
-        f.close()
+        error = _h5_close(f, io)
+        if error is not None:
+            _unlink(tmp)
+            reason = space_reason(error, tmp, f"its temporary file {tmp} (removed)")
+            raise WriteFailed(error.errno, f"{reason}; {_left(path)} and the file was not saved",
+                              path)
         try:
             with locked(path, timeout):
                 os.replace(tmp, path)
@@ -345,31 +585,45 @@ def update_file_attrs(path, attrs: dict, overwrite: bool = False,
                       timeout: float = LOCK_TIMEOUT) -> list:
     """Add root attributes to an existing result file, crash-safely and under its lock
     (a copy is changed and renamed over it); without ``overwrite`` existing names are
-    kept.  For stamps added after a job (Slurm's variables).  Returns the names added."""
-    h5py = _h5py()
+    kept.  For stamps added after a job (Slurm's variables).  Returns the names added;
+    WriteFailed where the copy could not be written (the file is then unchanged)."""
     path = Path(path)
     with locked(path, timeout):
         tmp = _temp_name(path, "tmp")
         try:
-            shutil.copyfile(path, tmp)
-            with h5py.File(tmp, "a") as f:
+            with _no_sigxfsz():
+                shutil.copyfile(path, tmp)
+            with _h5_changed(tmp) as f:
                 new = {k: v for k, v in attrs.items() if overwrite or k not in f.attrs}
                 write_attrs(f, new)
             os.replace(tmp, path)
+        except OSError as exc:
+            _unlink(tmp)
+            if exc.errno not in _SPACE:
+                raise
+            raise WriteFailed(exc.errno, f"{space_reason(exc, tmp, f'a copy of {path}')}; "
+                              f"{path} is unchanged (its attributes were not added)",
+                              path) from None
         except BaseException:
             _unlink(tmp)
             raise
     return sorted(new)
 
 
-def _keep_aside(tmp: Path, path: Path, tag: str, reason: str, what: str = "file") -> Path:
-    """Nothing may be lost: a finished file that cannot take the place meant for it (or
-    join it) becomes ``NAME-TAG-PID.h5`` beside it, and stderr says so."""
+def _aside_name(path: Path, tag: str) -> Path:
+    """``NAME-TAG-PID.h5`` beside ``path`` (``-K`` added where that is taken)."""
     stem, suffix = path.stem, path.suffix or ".h5"
     name = "-".join(x for x in (stem, tag, str(os.getpid())) if x)
     aside, k = path.with_name(name + suffix), 1
     while aside.exists():
         aside, k = path.with_name(f"{name}-{k}{suffix}"), k + 1
+    return aside
+
+
+def _keep_aside(tmp: Path, path: Path, tag: str, reason: str, what: str = "file") -> Path:
+    """Nothing may be lost: a finished file that cannot take the place meant for it (or
+    join it) becomes ``NAME-TAG-PID.h5`` beside it, and stderr says so."""
+    aside = _aside_name(path, tag)
     os.replace(tmp, aside)
     sys.stderr.write(f"hpccoll: {reason}\nhpccoll: nothing was written to {path}; the {what} "
                      f"is kept in {aside}\n")
@@ -441,23 +695,30 @@ class RunWriter:
     or, with ``append=False``, replacing the file.  Used as a context manager, an
     exception marks the run ``failed`` (with the error text) and the rows written so far
     are kept.  ``name`` is the run's group name (final after close), ``final_path`` where
-    it landed: ``path``, or a file of its own when ``path`` could not be locked."""
+    it landed: ``path``, or a file of its own when ``path`` could not be locked.
+
+    Space: where the run's own file cannot be written (no space, ``ulimit -f``), the
+    call that found it (an append, ``array``, ``set_attrs``, ``close``) raises WriteFailed,
+    the temporary file is removed and the writer is done (``failure``; later calls raise
+    it again); where the run was written but adding it to ``path`` failed, ``close()``
+    raises WriteFailed with ``kept``: the run's file, moved beside ``path``."""
 
     def __init__(self, path, label: str, attrs: Optional[dict] = None, append: bool = True,
                  kind: Optional[str] = None, lock_timeout: float = LOCK_TIMEOUT):
-        h5py = _h5py()
         if not label or "/" in label:
             raise ValueError(f"label: expected a non-empty name without '/', got {label!r}")
         self.path = Path(path)
         self.label, self.append, self.lock_timeout = label, append, lock_timeout
         self.final_path: Optional[Path] = None
+        self.failure: Optional[WriteFailed] = None
         attrs = dict(attrs or {})
         self.kind = kind if kind is not None else str(attrs.get("kind", ""))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         names = _appendable(self.path) if append else []   # fail now, not after the run
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp_path = _temp_name(self.path, "tmp")
         self._closed = False
-        self.file = h5py.File(self.tmp_path, "x")
+        self._tables: dict[str, Table] = {}
+        self.file, self._io = _h5_open(self.tmp_path, "x")
         try:
             f = self.file
             f.attrs["schema"] = SCHEMA
@@ -467,23 +728,26 @@ class RunWriter:
             write_attrs(self.group, attrs)
             write_attrs(self.group, {"schema_version": SCHEMA_VERSION, "kind": self.kind,
                                      "status": "running", "error": "", "label": label})
-            f.flush()
+            self._flush()
+        except WriteFailed:
+            raise
         except BaseException:
             self._discard()
             raise
-        self._tables: dict[str, Table] = {}
 
     def table(self, name: str, dtype=None, kind: str = "tables", attrs: Optional[dict] = None) -> Table:
         """The table ``name`` of this run (created on first use); kind "tables" or "traces"."""
+        self._usable()
         key = f"{kind}/{name}"
         if key not in self._tables:
-            self._tables[key] = Table(self.group.require_group(kind), name, dtype, attrs)
+            self._tables[key] = Table(self.group.require_group(kind), name, dtype, attrs, owner=self)
         return self._tables[key]
 
     def array(self, name: str, data, attrs: Optional[dict] = None):
         """Store an n-dimensional array as ``arrays/NAME`` (``a/b`` nests groups); strings
         are stored as UTF-8.  Returns the h5py dataset."""
         h5py = _h5py()
+        self._usable()
         arr = np.asarray(data)
         if arr.dtype.kind in "US":
             arr = np.array([x.decode() if isinstance(x, bytes) else str(x) for x in arr.ravel()],
@@ -492,30 +756,63 @@ class RunWriter:
             raise TypeError(f"array {name!r}: cannot store Python objects; use numbers or strings")
         ds = self.group.require_group("arrays").create_dataset(name, data=arr)
         write_attrs(ds, dict(attrs or {}))
-        self.file.flush()
+        self._flush()
         return ds
 
     def set_attrs(self, **attrs) -> None:
+        self._usable()
         write_attrs(self.group, attrs)
+        self._flush()
+
+    def _usable(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+        if self._closed:
+            raise ValueError(f"run {self.label!r} of {self.path}: the writer is closed")
+
+    def _flush(self) -> None:
+        """Make what was written durable, and check that it was written."""
         self.file.flush()
+        if self._io.error is not None:
+            self._fail(self._io.error)
+
+    @property
+    def _tmp_what(self) -> str:
+        return f"the run's temporary file {self.tmp_path} (removed)"
+
+    def _fail(self, error: OSError) -> None:
+        """The run's file could not be written: throw it away (HDF5 can close it, see
+        _GuardedIO) and raise WriteFailed from now on."""
+        self._discard()
+        self.failure = WriteFailed(
+            error.errno, f"{space_reason(error, self.tmp_path, self._tmp_what)}; "
+            f"{_left(self.path)} and the run {self.label!r} was not saved", self.path)
+        raise self.failure
 
     def close(self, status: str = "complete", error: str = "") -> Path:
-        """Finish the run and land it; returns the file it is in."""
+        """Finish the run and land it; returns the file it is in (WriteFailed: see the
+        class)."""
+        if self.failure is not None:
+            raise self.failure
         if self._closed:
             return self.final_path or self.path
         self._closed = True
         try:
             write_attrs(self.group, {"status": status, "error": error, "end_time": now_iso()})
-            self.file.close()
+            failed = _h5_close(self.file, self._io)
         except BaseException:
             self._discard()
             raise
+        if failed is not None:
+            self._fail(failed)
         try:
             with locked(self.path, self.lock_timeout):
                 self.final_path = self._land()
         except (LockUnavailable, ValueError) as exc:
             # nothing may be lost: a file the run cannot join keeps it beside
             self.final_path = self._keep_aside(str(exc))
+        except OSError as exc:
+            self._landing_failed(exc)
         return self.final_path
 
     def _land(self) -> Path:
@@ -528,8 +825,9 @@ class RunWriter:
             return self.path
         merged = _temp_name(self.path, "merge")
         try:
-            shutil.copyfile(self.path, merged)
-            with h5py.File(merged, "a") as dst, h5py.File(self.tmp_path, "r") as src:
+            with _no_sigxfsz():
+                shutil.copyfile(self.path, merged)
+            with _h5_changed(merged) as dst, h5py.File(self.tmp_path, "r") as src:
                 _check_schema(dst, self.path)
                 runs = dst.require_group("runs")
                 name = _next_name(runs, self.label)
@@ -544,9 +842,27 @@ class RunWriter:
         _unlink(self.tmp_path)
         return self.path
 
+    def _landing_failed(self, exc: OSError) -> None:
+        """The run is whole in its temporary file, but adding it to the destination
+        failed (no space for the copy that lands it, say): the destination is unchanged;
+        the run moves beside it under a name of its own (a rename needs no space) and
+        WriteFailed says where."""
+        self.final_path = kept = _aside_name(self.path, self.label)
+        try:
+            os.replace(self.tmp_path, kept)
+        except OSError:
+            self.final_path = kept = self.tmp_path
+        what = (space_reason(exc, self.path, f"the new {self.path}") if exc.errno in _SPACE
+                else f"adding it failed: {exc}")
+        self.failure = WriteFailed(
+            exc.errno or errno.EIO, f"the run {self.label!r} could not be added to "
+            f"{self.path}: {what}; {_left(self.path)}; the run is kept in {kept}",
+            self.path, kept)
+        raise self.failure from exc
+
     def _rename_run(self, name: str) -> None:
         if name != self.name:
-            with _h5py().File(self.tmp_path, "a") as f:
+            with _h5_changed(self.tmp_path) as f:
                 f["runs"].move(self.name, name)
             self.name = name
 
@@ -557,7 +873,7 @@ class RunWriter:
     def _discard(self) -> None:
         self._closed = True
         try:
-            self.file.close()
+            _h5_close(self.file, self._io)
         except Exception:
             pass
         _unlink(self.tmp_path)
@@ -566,6 +882,10 @@ class RunWriter:
         return self
 
     def __exit__(self, etype, exc, tb) -> None:
+        if self.failure is not None:
+            if etype is None:
+                raise self.failure
+            return                       # the error in flight goes on (WriteFailed or other)
         if etype is None:
             self.close()
         else:

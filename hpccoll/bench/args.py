@@ -4,7 +4,6 @@ every error names the flag and what it expects."""
 from __future__ import annotations
 
 import argparse
-import os
 
 from . import cases
 
@@ -16,9 +15,15 @@ Flags mean what they mean for nccl-tests' *_perf binaries (same defaults); the t
 nccl-tests' columns.  The library under test is hpccoll (or mpi: mpi4py's collectives on
 the same buffers); --compare adds the other one, interleaved iteration by iteration in the
 same run, with its time, busbw and the ratio baseline time / time (> 1: faster than the
-baseline).  Exit status: 0, 1 if any result was wrong, 2 for bad arguments; an unexpected
-error aborts every rank (MPI_Abort) so that none is left waiting.  Result files:
-docs/results.md.
+baseline).  After the table, as '#' lines nccl-tests readers skip: the spread of every
+measurement (p10, median, p90 over the iterations) and a WARNING where the machine looked
+loaded (other processes busy on the job's CPUs) or the iterations were noisy (p90/p10
+above 2), naming what was seen; both are kept in the result file.
+
+Exit status: 0, 1 if any result was wrong or the results could not be saved (no space,
+ulimit -f: the message says where they are, if anywhere), 2 for bad arguments; an
+unexpected error aborts every rank (MPI_Abort) so that none is left waiting.  Result
+files: docs/results.md.
 """
 AVERAGES = "0=rank 0, 1=mean, 2=min, 3=max over ranks"
 
@@ -110,7 +115,9 @@ def parser(rank: int = 0) -> argparse.ArgumentParser:
     h.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="status line of the running measurement on rank 0 (auto: when stdout is a "
                         "terminal; mpiexec gives ranks a pipe, so say on there)")
-    h.add_argument("--out", metavar="FILE.h5", help="write (append) the results to this HDF5 file")
+    h.add_argument("--out", metavar="FILE.h5",
+                   help="write (append) the results to this HDF5 file (missing directories "
+                        "are created)")
     h.add_argument("--trace", action="store_true",
                    help="also record hpccoll's engine trace of every collective into --out")
     return p
@@ -189,10 +196,6 @@ def parse(argv, rank: int = 0) -> argparse.Namespace:
         p.error("argument --trace: only hpccoll collectives have engine traces; "
                 "use --library hpccoll or --compare hpccoll")
     args.overrides = _knobs(p, args.knobs)
-    if args.out:
-        parent = os.path.dirname(os.path.abspath(args.out))
-        if not os.path.isdir(parent):
-            p.error(f"argument --out: directory {parent} does not exist")
     return args
 
 

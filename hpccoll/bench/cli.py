@@ -11,9 +11,11 @@ from typing import Optional
 import numpy as np
 
 from ..errors import abort_job
+from ..h5log import WriteFailed
 from . import cases
 from .args import AVERAGES, UsageError, parse
-from .table import footer, header, line
+from .load import SPREAD_BOUND, Probe, assess
+from .table import footer, header, line, spread_block
 
 
 # -- devices --------------------------------------------------------------------------------
@@ -94,14 +96,17 @@ def run(args, mpi) -> int:
         try:
             code = _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer)
         except BaseException as exc:
-            if writer is not None:
+            if writer is not None and writer.failure is None:
                 status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-                path = writer.close(status, f"{type(exc).__name__}: {exc}")
-                print(f"# partial results ({status}) kept in {path}", file=sys.stderr, flush=True)
+                try:
+                    path = writer.close(status, f"{type(exc).__name__}: {exc}")
+                    print(f"# partial results ({status}) kept in {path}", file=sys.stderr, flush=True)
+                except WriteFailed as lost:
+                    print(f"hpccoll-bench: error: {lost}", file=sys.stderr, flush=True)
             raise
-        if writer is not None:
-            path = writer.close("complete" if code == 0 else "wrong-results")
-            print(f"# Results written to {path} (run {writer.name})", flush=True)
+        saved = _close_writer(writer, code)
+        # every rank exits alike: 1 also where rank 0 could not save the results
+        code = mpi.bcast(code if saved else max(code, 1), root=0)
     except UsageError:
         if ctx is not None:
             ctx.close()          # every rank raised it alike: closing together is safe
@@ -111,6 +116,24 @@ def run(args, mpi) -> int:
     if ctx is not None:
         ctx.close()
     return code
+
+
+def _close_writer(writer, code: int) -> bool:
+    """Rank 0: land the run and say where it went; False where it could not be saved
+    (WriteFailed: its message names the space problem and where the data is)."""
+    if writer is None:
+        return True
+    if writer.failure is not None:     # stderr said so when it happened
+        print(f"# Results not written to {writer.path}: {writer.failure}", flush=True)
+        return False
+    try:
+        path = writer.close("complete" if code == 0 else "wrong-results")
+    except WriteFailed as exc:
+        print(f"hpccoll-bench: error: {exc}", file=sys.stderr, flush=True)
+        print(f"# Results not written to {writer.path}: {exc}", flush=True)
+        return False
+    print(f"# Results written to {path} (run {writer.name})", flush=True)
+    return True
 
 
 def _open_writer(args, mpi, settings, plan, gpu_model):
@@ -152,9 +175,11 @@ def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
     sweep = Sweep(plan, mpi, ctx and ctx.world, ctx, xp, sync, progress)
     table = writer.table(plan.coll) if writer else None
     traces = writer.table(plan.coll, kind="traces") if writer and args.trace else None
-    busbw, base_busbw, ratios, chosen = [], [], [], {}
+    busbw, base_busbw, ratios, chosen, spreads = [], [], [], {}, []
     wrong = {lib: 0 for lib in plan.libraries}
     L = len(plan.libraries)
+    probe = Probe(mpi)
+    probe.start()
     for ln in sweep.lines():
         if rank != 0:
             continue
@@ -178,14 +203,24 @@ def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
         picked = "/".join(dict.fromkeys(a for a in ln.algos if a))
         if picked:
             chosen.setdefault(ln.shape.nbytes, picked)
+        spreads.append((ln.shape.nbytes, ln.type_name, ln.op or "none", ln.root, ln.rows))
         if table is not None:
-            first = len(table)
-            table.append(ln.rows)
-            if traces is not None:
-                for k in range(2):
-                    row = first + k * L + plan.libraries.index("hpccoll")
-                    traces.append(trace_rows(ln.traces[k], row, plan.warmup, plan.iters))
+            try:
+                first = len(table)
+                table.append(ln.rows)
+                if traces is not None:
+                    for k in range(2):
+                        row = first + k * L + plan.libraries.index("hpccoll")
+                        traces.append(trace_rows(ln.traces[k], row, plan.warmup, plan.iters))
+            except WriteFailed as exc:
+                # the table printed is still a result: measure on, write no more
+                print(f"hpccoll-bench: error: {exc}; the measurement goes on, its table is "
+                      "on stdout only", file=sys.stderr, flush=True)
+                table = traces = None
+    hosts = probe.stop()
     progress.clear()
+    if rank == 0:
+        _spread_and_load(say, plan, spreads, hosts, writer)
     main_lib = plan.libraries[0]
     avg = float(np.mean(busbw)) if busbw else 0.0
     geo = float(math.exp(np.mean(np.log(ratios)))) if ratios else 0.0
@@ -202,6 +237,35 @@ def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
         say(f"# Baseline {baseline} out of bounds values : {wrong[baseline]} FAILED")
     failed = mpi.bcast(sum(wrong.values()) if rank == 0 else None, root=0)
     return 1 if failed else 0
+
+
+def _spread_and_load(say, plan, lines, hosts, writer) -> None:
+    """Rank 0, after the table: the spread of every measurement, and a warning for
+    every sign of a loaded machine (load.py), also kept in the result file."""
+    from ..timing import human_bytes
+    entries, spreads = [], []
+    L = len(plan.libraries)
+    for nbytes, type_name, op, root, line_rows in lines:
+        for j, lib in enumerate(plan.libraries):
+            rows = [line_rows[k * L + j] for k in range(2)]
+            entries.append((nbytes, type_name, op, root, lib,
+                            [(r["p10_us"], r["median_us"], r["p90_us"]) for r in rows]))
+            for r in rows:
+                what = f"{lib} {human_bytes(nbytes)} {r['placement']}"
+                if len(plan.types) > 1 or len(plan.ops) > 1:
+                    what += f" {type_name} {op}"
+                spreads.append((what, r["p10_us"], r["p90_us"]))
+    for text in spread_block(entries, plan.iters, SPREAD_BOUND):
+        say(text)
+    warnings = assess(hosts or [], spreads)
+    for text in warnings:
+        say(f"# WARNING: {text}")
+    if writer is not None and writer.failure is None:
+        try:
+            writer.set_attrs(load=[h.as_dict() for h in hosts or []], load_warnings=warnings,
+                             spread_bound=SPREAD_BOUND)
+        except WriteFailed as exc:
+            print(f"hpccoll-bench: error: {exc}", file=sys.stderr, flush=True)
 
 
 def main(argv: Optional[list] = None) -> int:

@@ -18,6 +18,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import cases
+from .load import spread
 from .table import PLACEMENTS
 
 AVERAGE = {0: "rank0", 1: "mean", 2: "min", 3: "max"}
@@ -174,6 +175,7 @@ class Sweep:
         p = self.plan
         it = combine(times, p.average) * 1e6
         mean = float(np.mean(it))
+        p10, _, p90 = spread(it)
         algbw = sh.nbytes / 1e3 / mean if mean > 0 else 0.0    # bytes/us/1e3 = GB/s
         return {
             "coll": p.coll, "library": lib, "policy": p.policy if lib == "hpccoll" else "",
@@ -183,6 +185,7 @@ class Sweep:
             "iters": int(p.iters), "warmup": int(p.warmup), "average": AVERAGE[p.average],
             "time_us": mean, "min_us": float(np.min(it)), "median_us": float(np.median(it)),
             "max_us": float(np.max(it)), "stdev_us": float(np.std(it)),
+            "p10_us": p10, "p90_us": p90,
             "algbw": algbw, "busbw": algbw * cases.busbw_factor(p.coll, self.nranks),
             "wrong": int(wrong) if p.check else -1,
             "times_us": it.astype(np.float64),

@@ -1,7 +1,9 @@
 """The nccl-tests result table, column for column, so that tools that read nccl-tests
 output read ours: the same widths, number formats, header and footer lines.  With a
 baseline (--compare) three columns per placement are appended at the end of each line
-(baseline time, baseline busbw, ratio), so the first 13 fields keep their meaning."""
+(baseline time, baseline busbw, ratio), so the first 13 fields keep their meaning.  The
+spread of the iterations is a block of its own after the table, every line of it a
+'#' comment, which nccl-tests readers skip."""
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -62,4 +64,27 @@ def footer(wrong_total: int, avg_busbw: float, name: str, baseline: Optional[str
         lines.append(f"# Baseline {baseline} average bus bandwidth : {baseline_busbw:g}")
         lines.append(f"# Geometric mean of {baseline} time / time : {ratio:.3f}")
     lines += ["#", f"# Collective test concluded: {name}"]
+    return lines
+
+
+def spread_block(entries: Sequence[tuple], iters: int, bound: float) -> list[str]:
+    """The spread of every measurement: entries are (size, type, redop, root, library,
+    ((p10, median, p90) out of place, (p10, median, p90) in place)), times in us."""
+    pre = "# %10s  %8s  %6s  %6s  %-8s"
+    cols = "  %8s  %8s  %8s  %7s"
+    lines = ["#", f"# Spread over the {iters} timed iterations: p10, median and p90 of the time "
+                  f"(us), and p90/p10 (above {bound:g}: noisy)",
+             (pre % ("", "", "", "", "") + "  " + "out-of-place".center(37) + "  "
+              + "in-place".center(37)).rstrip(),
+             pre % ("size", "type", "redop", "root", "library") + cols % (
+                 "p10", "median", "p90", "p90/p10") * 2]
+    for size, type_name, redop, root, library, placements in entries:
+        text = "#%11d  %8s  %6s  %6d  %-8s" % (size, type_name, redop, root, library)
+        noisy = False
+        for p10, p50, p90 in placements:
+            ratio = p90 / p10 if p10 > 0 else float("inf")
+            noisy |= ratio > bound
+            text += cols % (float_str(p10, 8), float_str(p50, 8), float_str(p90, 8),
+                            float_str(ratio, 7) if ratio != float("inf") else "inf")
+        lines.append(text + ("  noisy" if noisy else ""))
     return lines

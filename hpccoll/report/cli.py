@@ -30,7 +30,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", metavar="SPEC",
                    help="what ratios compare with: mpi, hpccoll, hpccoll/POLICY, or FILE[:LIB[/POLICY]]")
     p.add_argument("--stat", choices=sorted(STATS), default="mean",
-                   help="per-iteration statistic used for time and bandwidth (default mean, as nccl-tests)")
+                   help="statistic over the iterations used for time and bandwidth (default mean, as "
+                        "nccl-tests; p10 and p90 show the spread hpccoll-bench prints)")
     p.add_argument("--coll", metavar="COLLECTIVE", help="only this collective")
     p.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR (created if missing)")
     p.add_argument("--chrome-trace", metavar="FILE.json",

@@ -10,8 +10,20 @@ from typing import Callable, Optional
 
 from .. import h5log
 
-STATS = {"mean": "time_us", "median": "median_us", "min": "min_us", "max": "max_us"}
+STATS = {"mean": "time_us", "median": "median_us", "min": "min_us", "max": "max_us",
+         "p10": "p10_us", "p90": "p90_us"}
 GROUP = ("coll", "type", "op", "root", "placement")
+_PERCENTILE = {"p10_us": 10, "p90_us": 90}
+
+
+def stat_value(row: dict, stat: str) -> float:
+    """A row's time under ``stat``; percentiles of files written before the benchmark
+    stored them come from the iterations (``times_us``), as the benchmark computes them."""
+    col = STATS[stat]
+    if col in row:
+        return row[col]
+    import numpy as np
+    return float(np.percentile(np.asarray(row["times_us"], dtype=np.float64), _PERCENTILE[col]))
 
 
 def group_key(row: dict) -> tuple:
@@ -41,10 +53,9 @@ class Series:
 
     def points(self, stat: str = "mean") -> dict:
         """(group key, size) -> (time_us, busbw) under the chosen statistic."""
-        col = STATS[stat]
         out = {}
         for r in self.rows:
-            t = r[col]
+            t = stat_value(r, stat)
             busbw = r["busbw"] * r["time_us"] / t if t > 0 else 0.0
             out[(group_key(r), r["size"])] = (t, busbw)
         return out

@@ -246,3 +246,100 @@ def test_every_column_and_attribute_is_documented(compare_run):
     names = set(run.attrs) | set(run.tables["allreduce"][0]) | set(run.traces["allreduce"][0])
     missing = sorted(n for n in names if f"`{n}`" not in doc)
     assert not missing, f"docs/results.md does not describe {missing}"
+
+
+def test_missing_directories_of_out_are_created_and_a_file_in_the_way_is_named(tmp_path):
+    """docs/results.md: missing directories of --out are created, as chaos and the API do."""
+    out = tmp_path / "new" / "sub" / "r.h5"
+    proc = bench(2, "allreduce", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "--out", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [r.label for r in h5log.read(out)] == ["allreduce"]
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    proc = bench(2, "allreduce", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "--out",
+                 blocked / "r.h5", timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("argument --out:") == 1, proc.stderr
+    assert "is not a directory" in proc.stderr
+
+
+# -- result files under a file-size limit (issue 32, finding 7) ---------------------------
+# MPICH's UCX maps a 4.1 MiB file of its own at init: limits stay above that.
+RESET_SIGXFSZ = ("import signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_DFL); "
+                 "from hpccoll.bench.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def bench_limited(limit_kib: int, *args, sigxfsz_default=False, timeout=150):
+    """hpccoll-bench at 2 ranks, every process under ``ulimit -f limit_kib``; with
+    ``sigxfsz_default`` the ranks restore SIGXFSZ's default action (killing them)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_kib * 1024, limit_kib * 1024))
+    entry = ["-c", RESET_SIGXFSZ] if sigxfsz_default else ["-m", "hpccoll.bench"]
+    env = dict(os.environ, MPIEXEC_TIMEOUT=str(timeout))
+    cmd = launch.mpiexec_args(2) + [sys.executable, *entry, *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout + 30,
+                          preexec_fn=limit)
+
+
+def earlier_runs(out, pad_bytes: int) -> bytes:
+    import numpy as np
+    h5log.write_record(out, "bench", "allgather", {"tool": "hpccoll-bench"},
+                       tables={"allgather": [{"size": 8, "time_us": 1.0}]})
+    h5log.write_record(out, "test", "pad", arrays={"pad": np.random.default_rng(1).random(pad_bytes // 8)})
+    return out.read_bytes()
+
+
+def still_intact(out, before: bytes) -> None:
+    assert out.read_bytes() == before
+    runs = h5log.read(out)
+    assert [r.name for r in runs] == ["0000_allgather", "0001_pad"]
+    assert all(r.attrs["status"] == "complete" for r in runs)
+
+
+def no_signal(proc) -> None:
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, (proc.returncode, text)
+    for sign in ("BAD TERMINATION", "signal", "core dumped", "Traceback", "MPI_Abort"):
+        assert sign not in text, text
+
+
+def test_a_traced_run_past_the_file_size_limit(tmp_path):
+    """The run's own file passes ulimit -f mid-run (--trace, many iterations): the
+    benchmark says so at once, measures on (the whole table is printed), exits 1 on every
+    rank without a signal, and the old file is intact; nothing is left beside it.  The
+    ranks run with SIGXFSZ's default action, which would kill the writer with a core."""
+    out = tmp_path / "r.h5"
+    before = earlier_runs(out, 64 << 10)
+    proc = bench_limited(5120, "allreduce", "-b", "8", "-e", "64K", "-f", "2", "-n", "1000",
+                         "-w", "0", "--out", out, "--trace", sigxfsz_default=True)
+    no_signal(proc)
+    assert "reached this process's file-size limit of 5 MiB (ulimit -f 5120)" in proc.stderr
+    assert f"{out} is unchanged and the run 'allreduce' was not saved; the measurement goes " \
+           "on" in proc.stderr
+    assert proc.stderr.count("hpccoll-bench: error:") == 1, proc.stderr
+    t = nccltests.parse(proc.stdout)
+    assert len(t["rows"]) == 14 and t["oob"] == (0, "OK")
+    assert f"# Results not written to {out}:" in proc.stdout
+    still_intact(out, before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.h5"]
+
+
+def test_a_run_that_does_not_fit_in_the_file_is_kept_beside_it(tmp_path):
+    """The run is complete but adding it to a file near the limit passes it: exit 1, no
+    signal, the old file intact, and the run whole in the file the message names."""
+    out = tmp_path / "r.h5"
+    before = earlier_runs(out, 5 << 20)
+    proc = bench_limited(len(before) // 1024 + 16, "allreduce", "-b", "8", "-e", "64K", "-f",
+                         "4", "-n", "200", "-w", "0", "--out", out)
+    no_signal(proc)
+    kept = [p for p in tmp_path.iterdir() if p.name != "r.h5"]
+    assert len(kept) == 1 and kept[0].name.startswith("r-allreduce-"), proc.stderr
+    msg = (f"the run 'allreduce' could not be added to {out}: writing the new {out} reached "
+           "this process's file-size limit")
+    assert f"hpccoll-bench: error: {msg}" in proc.stderr and msg in proc.stdout
+    assert f"{out} is unchanged; the run is kept in {kept[0]}" in proc.stderr
+    still_intact(out, before)
+    (run,) = h5log.read(kept[0])
+    assert run.attrs["status"] == "complete" and run.attrs["tool"] == "hpccoll-bench"
+    assert len(run.tables["allreduce"]) == 7 * 2          # 8 B..32 KiB, both placements

@@ -325,3 +325,176 @@ def test_writing_examples_in_docs_run(tmp_path):
     assert sorted(r.label for r in dumps) == ["rank0", "rank1"]
     assert all(r.kind == "flight" and r.tables["collectives"] == [{"seq": 3, "coll": "allreduce"}]
                and r.attrs["reason"] == "CollectiveTimeout" for r in dumps)
+
+
+# -- no space: a full file system, a quota, the file-size limit (issue 32, finding 7) -----
+FILL = str(Path(__file__).parents[1] / "scripts" / "h5_fill.py")
+
+
+def _fill(out: Path, rows: int, limit_kib=None, *extra, timeout=120):
+    """h5_fill.py in a process whose file-size limit (ulimit -f) is ``limit_kib`` KiB."""
+    import resource
+
+    def limit():
+        if limit_kib is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_kib * 1024, limit_kib * 1024))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, FILL, str(out), str(rows), *extra], env=env,
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=limit)
+
+
+def _earlier_runs(out: Path, nbytes: int) -> bytes:
+    """Two runs already in ``out``, about ``nbytes`` in all; returns the file's bytes."""
+    h5log.write_record(out, "test", "first", tables={"t": _rows(2)})
+    h5log.write_record(out, "test", "second", arrays={"pad": np.random.default_rng(0).random(nbytes // 8)})
+    return out.read_bytes()
+
+
+def _intact(out: Path, before: bytes) -> None:
+    assert out.read_bytes() == before
+    runs = h5log.read(out)                       # h5py reads it, with every earlier run
+    assert [r.name for r in runs] == ["0000_first", "0001_second"]
+    assert all(r.attrs["status"] == "complete" for r in runs)
+
+
+def test_a_run_past_the_file_size_limit_is_not_saved_and_says_so(tmp_path):
+    """The run's own file reaches ulimit -f while rows are appended (a long --trace run):
+    exit 1 (no signal, no crash in HDF5's exit handler), the message names the limit and
+    says the run was not saved, the old file is intact and nothing is left beside it."""
+    out = tmp_path / "r.h5"
+    before = _earlier_runs(out, 64 << 10)
+    proc = _fill(out, 1000, 1024)                # 4 MiB of rows under a 1 MiB limit
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert "reached this process's file-size limit of 1 MiB (ulimit -f 1024)" in proc.stderr
+    assert f"{out} is unchanged and the run 'fill' was not saved" in proc.stderr
+    assert "Traceback" not in proc.stderr and "KEPT None" in proc.stdout
+    _intact(out, before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.h5"]   # no temporary, no lock
+
+
+def test_sigxfsz_does_not_kill_the_writer(tmp_path):
+    """A process whose SIGXFSZ has its default action (core dump) is not killed by the
+    write that passes the limit: it gets the same clear error."""
+    out = tmp_path / "r.h5"
+    proc = _fill(out, 1000, 1024, "--default-sigxfsz")
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)      # -25 if SIGXFSZ killed it
+    assert "file-size limit of 1 MiB" in proc.stderr and f"{out} was not created" in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_run_that_fits_but_not_in_the_file_is_kept_beside_it(tmp_path):
+    """The run is whole, but the copy of the file that lands it passes the limit: the old
+    file is intact and the run is in a file of its own beside it, which the message names."""
+    out = tmp_path / "r.h5"
+    before = _earlier_runs(out, 900 << 10)
+    limit = len(before) // 1024 + 40             # room for the copy, not for the run too
+    proc = _fill(out, 30, limit)                 # a run of about 130 KiB
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    (kept,) = [p for p in tmp_path.iterdir() if p.name != "r.h5"]
+    assert kept.name.startswith("r-fill-") and kept.suffix == ".h5"
+    assert f"the run 'fill' could not be added to {out}: writing the new {out} reached this " \
+           f"process's file-size limit" in proc.stderr
+    assert f"{out} is unchanged; the run is kept in {kept}" in proc.stderr
+    assert f"KEPT {kept}" in proc.stdout
+    _intact(out, before)
+    (run,) = h5log.read(kept)
+    assert run.attrs["status"] == "complete" and [r["i"] for r in run.tables["t"]] == list(range(30))
+    # without the limit the same run lands
+    assert _fill(out, 30).returncode == 0
+    assert [r.label for r in h5log.read(out)] == ["first", "second", "fill"]
+
+
+class _Disk:
+    """os.pwrite and os.ftruncate of this process on a disk with ``free`` bytes left."""
+
+    def __init__(self, monkeypatch, free: int):
+        self.free = free
+        real_pwrite, real_ftruncate = os.pwrite, os.ftruncate
+
+        def pwrite(fd, data, offset):
+            if len(data) > self.free:
+                raise OSError(28, os.strerror(28))
+            self.free -= len(data)
+            return real_pwrite(fd, data, offset)
+
+        def ftruncate(fd, size):
+            if size > os.fstat(fd).st_size + self.free:
+                raise OSError(28, os.strerror(28))
+            return real_ftruncate(fd, size)
+        monkeypatch.setattr(os, "pwrite", pwrite)
+        monkeypatch.setattr(os, "ftruncate", ftruncate)
+
+
+def test_no_space_left_mid_run(tmp_path, monkeypatch):
+    out = tmp_path / "r.h5"
+    before = _earlier_runs(out, 4096)
+    _Disk(monkeypatch, 200 << 10)
+    run = h5log.RunWriter(out, "x")
+    with pytest.raises(h5log.WriteFailed) as err:
+        for i in range(1000):
+            run.table("t").append([{"i": i, "data": np.ones(512)}])
+    exc = err.value
+    assert exc.errno == 28 and exc.kept is None and exc.path == out
+    assert f"no space left on the file system of {tmp_path}" in str(exc)
+    assert "was not saved" in str(exc) and str(run.tmp_path) in str(exc)
+    with pytest.raises(h5log.WriteFailed):      # the writer is done; it says so again
+        run.table("t").append([{"i": 0, "data": np.ones(512)}])
+    with pytest.raises(h5log.WriteFailed):
+        run.close()
+    monkeypatch.undo()
+    _intact(out, before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.h5"]
+    h5log.write_record(out, "test", "later", tables={"t": _rows(1)})   # HDF5 still healthy
+    assert [r.label for r in h5log.read(out)][-1] == "later"
+
+
+def test_no_space_to_land_keeps_the_run_beside(tmp_path, monkeypatch):
+    out = tmp_path / "r.h5"
+    before = _earlier_runs(out, 4096)
+    run = h5log.RunWriter(out, "x")
+    run.table("t").append(_rows(3))
+
+    def full(src, dst):
+        raise OSError(28, os.strerror(28), str(dst))
+    monkeypatch.setattr(h5log.shutil, "copyfile", full)
+    with pytest.raises(h5log.WriteFailed) as err:
+        run.close()
+    kept = err.value.kept
+    assert kept is not None and kept.parent == tmp_path and kept.name.startswith("r-x-")
+    assert f"{out} is unchanged; the run is kept in {kept}" in str(err.value)
+    monkeypatch.undo()
+    _intact(out, before)
+    (r,) = h5log.read(kept)
+    assert r.attrs["status"] == "complete" and len(r.tables["t"]) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["r.h5", kept.name])
+
+
+def test_whole_files_and_stamps_under_no_space(tmp_path, monkeypatch):
+    out = tmp_path / "w.h5"
+    h5log.write_record(out, "test", "x", tables={"t": _rows(1)})
+    before = out.read_bytes()
+    disk = _Disk(monkeypatch, 0)
+    with pytest.raises(h5log.WriteFailed, match="is unchanged and the file was not saved"):
+        with h5log.whole_file(out) as f:
+            f["a"] = np.ones(1 << 16)
+    disk.free = 1 << 40
+    monkeypatch.setattr(h5log.shutil, "copyfile", lambda a, b: (_ for _ in ()).throw(OSError(122, "quota")))
+    with pytest.raises(h5log.WriteFailed, match="exceeded the disk quota.*attributes were not added"):
+        h5log.update_file_attrs(out, {"SLURM_JOB_ID": "1"})
+    monkeypatch.undo()
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["w.h5"]
+
+
+def test_the_guard_keeps_hdf5_consistent_after_a_failed_write(tmp_path, monkeypatch):
+    """What HDF5 wrote after the first failure reads back as written (pages in memory),
+    so it can go on and close the file: the reason the guard exists."""
+    disk = _Disk(monkeypatch, 64 << 10)
+    f, io = h5log._h5_open(tmp_path / "g.h5", "x")
+    data = {f"d{k}": np.arange(4096.0) + k for k in range(20)}
+    for name, arr in data.items():
+        f[name] = arr
+    f.flush()
+    assert io.error is not None and io.error.errno == 28 and disk.free < 64 << 10
+    for name, arr in data.items():
+        assert np.array_equal(f[name][()], arr)
+    assert h5log._h5_close(f, io) is io.error

@@ -176,3 +176,26 @@ def test_every_kind_of_run_reads(result, tmp_path, capsys):
     assert "\n".join(prof.table()) in capsys.readouterr().out
     assert report([str(solo), "--plot", str(tmp_path / "p")]) == 2
     assert "--plot: no benchmark results in" in capsys.readouterr().err
+
+
+def test_percentile_statistics(result, tmp_path, capsys):
+    """--stat p10 / p90: the spread hpccoll-bench prints, also from files written before
+    the benchmark stored it (then from every iteration's time)."""
+    (run,) = h5log.read(result)
+    rows = run.tables["allreduce"]
+    older = tmp_path / "older.h5"
+    with h5log.RunWriter(older, "allreduce", {k: v for k, v in run.attrs.items()
+                                              if k not in ("status", "error", "label", "end_time")}) as w:
+        w.table("allreduce").append([{k: v for k, v in r.items() if k not in ("p10_us", "p90_us")}
+                                     for r in rows])
+    for path in (result, older):
+        for stat, q in (("p10", 10), ("p90", 90)):
+            assert report([str(path), "--stat", stat]) == 0
+            text = capsys.readouterr().out
+            assert f"time ({stat} over iterations, us)" in text
+            for placement in ("out-of-place", "in-place"):
+                for size, fields in _table(text, placement).items():
+                    (mine,) = [r for r in rows if (r["size"], r["library"], r["placement"]) ==
+                               (size, "hpccoll", placement)]
+                    want = np.percentile(mine["times_us"], q)
+                    assert float(fields[0]) == float(float_str(want, 9))

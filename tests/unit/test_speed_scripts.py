@@ -58,3 +58,26 @@ def test_bench_candidates_checks_every_row():
     assert len(rows) == 10, proc.stdout
     assert all(line.endswith(" ok") for line in rows), proc.stdout
     assert "cma(cma)" in proc.stdout and "shm(shm)" in proc.stdout
+
+
+def test_bench_load_reports_every_load_and_leaves_no_burner():
+    """scripts/bench_load.py starts its own jobs (mpiexec) and burners: one job per load
+    here, and the burner it started is gone when it returns."""
+    import re
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "bench_load.py"), "--jobs", "1",
+                           "--iters", "1", "--loads", "0,1", "--limit", "120"],
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] in (["0"], ["1"])]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        (load, kind, size) for load in ("0", "1") for kind, size in
+        (("ordinary", "1"), ("ordinary", "16"), ("registered", "1"), ("registered", "16"))]
+    assert all(r[-1] == "ok" for r in rows), proc.stdout
+    assert proc.stdout.count("background while these jobs ran") == 2
+    assert "issue 32's target with one burner" in proc.stdout
+    pids = [int(p) for line in re.findall(r"burners \(ended\) ([\d ]+)", proc.stdout)
+            for p in line.split()]
+    assert len(pids) == 1, proc.stdout                 # one job with one burner
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids), "a burner was left running"
