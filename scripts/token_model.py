@@ -21,9 +21,9 @@ place (median and worst), and the bytes the busiest rank sends and receives.  Th
 bytes are the pickled payloads the policy sends (pickle is its encoding); the ring's
 come from the formula fitted to pickle that this model used before (``--check-size``
 compares it with pickle at small n), because pickling a 10,000-rank token 20,000 times
-a step takes longer than the rest of the simulation.  The tree's first step is the full
-negotiation (streams named, with their members), the second the cached steady state;
-the ring's figures are those of its second step, as before.
+a step takes longer than the rest of the simulation.  Two steps: the first negotiates
+everything (the tree names each stream with its members, the ring each slot with its
+member mask), the second repeats it: the steady state, where both have their caches.
 """
 from __future__ import annotations
 
@@ -149,9 +149,9 @@ def message_bytes(kind: str, payload, n: int) -> int:
 
 
 def simulate_ring(n: int, comms: int, shape: str, steps: int = 2, seed: int = 0,
-                  check: bool = False) -> dict:
-    """The figures of the last of ``steps`` steps; with ``check``, also the worst relative
-    error of token_bytes against the pickled token over the whole run (signed)."""
+                  check: bool = False) -> list:
+    """Figures of each step (summary()); with ``check``, each also has the worst relative
+    error of token_bytes against the pickled token so far (signed)."""
     rng = random.Random(seed)
     rings = [TokenRing(r, n) for r in range(n)]
     member_sets, mine = workload(shape, n, comms)
@@ -174,6 +174,7 @@ def simulate_ring(n: int, comms: int, shape: str, steps: int = 2, seed: int = 0,
             order += 1
             heapq.heappush(queue, (t + 1, order, dest, src, kind, payload))
 
+    out = []
     for step in range(steps):
         start = clock
         tally = {"messages": 0, "bytes": [0] * n}
@@ -201,9 +202,8 @@ def simulate_ring(n: int, comms: int, shape: str, steps: int = 2, seed: int = 0,
             msgs, learned = rings[dest].on_message(src, kind, payload)
             send(dest, msgs, clock, tally)
             learn(dest, learned, clock)
-    s = summary(tally, done_at, comms)
-    s["size_error"] = worst
-    return s
+        out.append(dict(summary(tally, done_at, comms), size_error=worst))
+    return out
 
 
 def main(argv=None) -> int:
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.check_size:
         errs = [e for n in (16, 64, 256)
-                for e in simulate_ring(n, 12, "world", check=True)["size_error"]]
+                for e in simulate_ring(n, 12, "world", check=True)[-1]["size_error"]]
         print(f"ring: token size formula vs pickle (16-256 ranks): from {min(errs):+.0%} to "
               f"{max(errs):+.0%} (+: the formula says more)")
     shapes = ("world", "groups") if args.shape == "both" else (args.shape,)
@@ -234,10 +234,10 @@ def main(argv=None) -> int:
                 for proto in protocols:
                     t0 = time.perf_counter()
                     if proto == "ring":
-                        rows = [("steady", simulate_ring(n, c, shape))]
+                        first, again = simulate_ring(n, c, shape)
                     else:
                         first, again = simulate_tree(n, c, shape, args.per_node)
-                        rows = [("first", first), ("cached", again)]
+                    rows = [("first", first), ("again", again)]
                     took = time.perf_counter() - t0
                     for step, s in rows:
                         print(f"| {shape} | {n:,} | {c:,} | {proto} | {step} | "

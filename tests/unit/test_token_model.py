@@ -20,7 +20,7 @@ def model():
 def test_the_ring_places_a_burst_within_two_rounds(model, shape):
     """The baseline: 2n hops, and its byte formula stays close to pickle."""
     for n, comms in ((2, 1), (8, 3), (24, 10)):
-        s = model.simulate_ring(n, comms, shape, check=True)
+        s = model.simulate_ring(n, comms, shape, check=True)[-1]
         assert s["collectives"] == comms
         assert 1 <= s["worst"] <= 2 * n
         low, high = s["size_error"]
@@ -42,7 +42,7 @@ def test_the_tree_places_a_world_burst_in_twice_its_depth(model):
 
 def test_the_tree_beats_the_ring_on_groups(model):
     """Groups of 8 at 512 ranks: far under the ring's latency, bytes and messages."""
-    ring = model.simulate_ring(512, 64, "groups")
+    ring = model.simulate_ring(512, 64, "groups")[-1]
     first, again = model.simulate_tree(512, 64, "groups")
     assert again["worst"] <= 2 * 9 < ring["median"]
     assert again["busiest"] < ring["busiest"]
