@@ -182,7 +182,7 @@ class Sequencer:
 
     def _place(self, risen: list) -> tuple[list, list]:
         """The root: give the next gseqs to every collective that all members issued,
-        in slot order (new streams get the next slots first)."""
+        in slot order; a stream seen for the first time gets the next slot."""
         new_slots = []
         for st in risen:
             if st.slot is None:
@@ -196,8 +196,7 @@ class Sequencer:
             batch[st.slot], st.sent = w - st.sent, w
         payload = (self.next_gseq, tuple(new_slots), pack(batch))
         self.next_gseq += sum(batch.values())
-        msgs, learned = self._on_batch(payload)
-        return msgs, learned
+        return self._on_batch(payload)
 
     def _stream(self, sid, runs: tuple) -> _Stream:
         members = self._members.get(runs)
