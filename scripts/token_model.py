@@ -12,7 +12,8 @@ Workload: one training step, every rank issues one collective on each communicat
 belongs to, all at once (a burst: one flush), in a rank-dependent order; then the step
 is repeated.  Shapes: ``world``, every communicator spans all ranks (the Latin
 workload); ``groups``, communicator j spans the 8 consecutive ranks from 8j mod n
-(tensor-parallel groups).  Ranks sit ``--per-node`` to a node (default 8), placed node
+(tensor-parallel groups, the first ones of the job); ``spread``, the same groups spread
+evenly over the whole job (from rank j * (n // comms), rounded down to a node).  Ranks sit ``--per-node`` to a node (default 8), placed node
 by node.
 
 Every message takes one time unit (a hop); local work takes none.  Reported per step:
@@ -44,14 +45,15 @@ GROUP = 8
 PICKLE = pickle.HIGHEST_PROTOCOL      # what mpi4py's pickled sends use
 
 
-def members_of(shape: str, j: int, n: int) -> tuple:
+def members_of(shape: str, j: int, n: int, comms: int) -> tuple:
     if shape == "world":
         return tuple(range(n))
-    return tuple(sorted({(GROUP * j + i) % n for i in range(min(GROUP, n))}))
+    start = GROUP * j if shape == "groups" else j * (n // comms) // GROUP * GROUP
+    return tuple(sorted({(start + i) % n for i in range(min(GROUP, n))}))
 
 
 def workload(shape: str, n: int, comms: int):
-    member_sets = [members_of(shape, j, n) for j in range(comms)]
+    member_sets = [members_of(shape, j, n, comms) for j in range(comms)]
     mine = [[] for _ in range(n)]
     for j, m in enumerate(member_sets):
         for r in m:
@@ -211,7 +213,8 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", default="100,1000,10000")
     p.add_argument("--comms", default="1,10,100")
-    p.add_argument("--shape", choices=("world", "groups", "both"), default="both")
+    p.add_argument("--shape", choices=("world", "groups", "spread", "both"), default="both",
+                   help="both: world and groups")
     p.add_argument("--protocol", choices=("tree", "ring", "both"), default="both")
     p.add_argument("--per-node", type=int, default=8, help="ranks per node (default 8)")
     p.add_argument("--check-size", action="store_true", help="compare the ring's byte "
