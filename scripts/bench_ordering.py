@@ -73,26 +73,29 @@ def main() -> int:
         order = communicators(ctx, args.workload)
         x = np.ones(2, np.float32)
         skip = args.iters // 5
+        wrong = 0
         for it in range(args.iters):
             if it == skip:
                 ctx.world.barrier().wait()
                 del waits[:]
                 sent[0], share[0] = 0, 0.0
                 t0 = time.perf_counter()
-            works = [c.allreduce(x) for c in order]
-            for w in works:
-                w.wait()
+            works = [(c, c.allreduce(x)) for c in order]
+            for c, w in works:
+                wrong += not np.array_equal(w.wait(), np.full(2, c.size, np.float32))
         per_iter = (time.perf_counter() - t0) / (args.iters - skip)
     med = world.gather(float(np.median(waits)) if waits else float("nan"), root=0)
     iters = world.gather(per_iter, root=0)
     totals = world.reduce(np.array([sent[0], share[0]]), root=0)
+    wrong = world.allreduce(wrong)
     if world.rank == 0:
         messages, collectives = totals
         print(f"{world.size} ranks, {args.workload}: admission to gseq {max(med) * 1e6:.0f} us "
               f"(slowest rank's median; fastest {min(med) * 1e6:.0f}), iteration "
               f"{max(iters) * 1e6:.0f} us, {messages / max(collectives, 1):.2f} messages per "
-              f"collective", flush=True)
-    return 0
+              f"collective, {'every result right' if not wrong else f'{wrong} WRONG results'}",
+              flush=True)
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":
