@@ -1,8 +1,8 @@
 """The control plane: small pickled messages on a private duplicate of the world
 communicator, never on a data communicator.
 
-Tags: report requests and replies (watchdog); the ordering token, its rest
-announcements and wake-ups (ordered policy); failure notices (a collective failed on
+Tags: report requests and replies (watchdog); the launch order's reports up the tree
+and batches down it (ordered policy); failure notices (a collective failed on
 one member: the others fail it at once instead of waiting for their watchdog); the
 deferred mismatch check's notes, probes, rows and verdicts.  Only whoever holds the engine sends or
 receives here; sends are nonblocking and their requests are reaped later.
@@ -16,9 +16,8 @@ from mpi4py import MPI
 
 TAG_REPORT_REQ = 11
 TAG_REPORT = 12
-TAG_TOKEN = 14
-TAG_REST = 15
-TAG_WAKE = 16
+TAG_ORDER_UP = 14      # one tag each way: MPI keeps one pair's messages of one tag in
+TAG_ORDER_DOWN = 15    # order, which the launch order relies on (ordering/sequencer.py)
 TAG_FAILED = 17
 TAG_NOTE = 18       # the deferred mismatch check (engine/crosscheck.py)
 TAG_PROBE = 19

@@ -1,10 +1,11 @@
-"""ordered: one global launch order for all communicators, negotiated by a token.
+"""ordered: one global launch order for all communicators, negotiated over a tree.
 
-A collective waits (unordered) until the token has seen every member issue it and
-gave it a global sequence number (gseq); every rank then launches its collectives
-strictly in gseq order and runs them like fifo (``max_active`` slots; None: as many as
-their resources allow, lane.Gate).  The
-protocol is hpccoll.ordering; the argument for its correctness is docs/ordering.md.
+A collective waits (unordered) until the root of the control plane's tree has seen every
+member issue it and gave it a global sequence number (gseq); every rank then launches
+its collectives strictly in gseq order and runs them like fifo (``max_active`` slots;
+None: as many as their resources allow, lane.Gate).  The protocol is
+hpccoll.ordering.sequencer, over hpccoll.ordering.tree; the argument for its
+correctness and its cost are in docs/ordering.md.
 
 Only collectives that hold something bounded which collectives of other communicators
 also take need a place in the global order: an execution slot under a finite
@@ -12,19 +13,19 @@ also take need a place in the global order: an execution slot under a finite
 collectives (no slot: MPI progresses each independently, as its nonblocking collectives
 never deadlock), programs with unbounded slots, collectives on single-rank
 communicators -- cannot be part of a circular wait, so they launch as soon as their
-communicator's previous collective started, with no token round (on the calling thread
+communicator's previous collective started, with no negotiation (on the calling thread
 at issue, where MPI runs them).  See docs/ordering.md.
 """
 from __future__ import annotations
 
 from collections import deque
 
-from ...ordering import KIND_REST, KIND_TOKEN, KIND_WAKE, TokenRing
-from ..control import TAG_REST, TAG_TOKEN, TAG_WAKE
+from ...ordering import KIND_DOWN, KIND_UP, Sequencer, Tree
+from ..control import TAG_ORDER_DOWN, TAG_ORDER_UP
 from . import Parking, Policy
 from .fifo import FifoPolicy
 
-_KIND_TAG = {KIND_TOKEN: TAG_TOKEN, KIND_REST: TAG_REST, KIND_WAKE: TAG_WAKE}
+_KIND_TAG = {KIND_UP: TAG_ORDER_UP, KIND_DOWN: TAG_ORDER_DOWN}
 _TAG_KIND = {v: k for k, v in _KIND_TAG.items()}
 
 
@@ -32,13 +33,17 @@ class OrderedPolicy(Policy):
     name = "ordered"
     early = True              # MPI's own collectives need no order: start them at issue
     control_tags = tuple(_TAG_KIND)
-    park_seconds = 0.001      # a parked rank may be handed the token: look often
+    # an idle rank may have a report or a batch to pass on for its subtree: look often
+    park_seconds = 0.001
 
     def __init__(self, settings):
         super().__init__(settings)
-        self.ring = None            # TokenRing, made on first use (needs the world rank)
+        self.seq = None             # Sequencer, made on first use (needs the world's nodes)
         self.engine = None
-        self.unordered: dict = {}   # cid -> task
+        self.unordered: dict = {}   # (sid, index) -> task waiting for its gseq
+        self.place: dict = {}       # task -> (sid, index)
+        self.issued: dict = {}      # sid -> this rank's ordered collectives on it so far
+        self.runs: dict = {}        # communicator uid -> its members on the tree
         # ordered tasks run like fifo, in gseq order: its queue is our ready queue
         self.bounded = settings.max_active is not None
         # a program needs no place in the order where slots bound nothing: it may start
@@ -49,6 +54,12 @@ class OrderedPolicy(Policy):
         self.launch_log: deque = deque(maxlen=100_000)   # (gseq, cid) in launch order
         self.loose: dict = {}       # tasks that need no order (as keys, issue order)
         self.parked = Parking()     # those behind a not-started one of their communicator
+
+    @property
+    def ring(self):
+        """The protocol's state machine (the name tests/mpi/test_policies.py reads its
+        ``hops`` by, from when it was a token ring)."""
+        return self.seq
 
     def _launched(self, task) -> None:
         self.launch_log.append((task.gseq, self.cid(task)))
@@ -76,34 +87,63 @@ class OrderedPolicy(Policy):
             if not self.parked.park(task):
                 self.loose[task] = None
             return
-        self._ring_engine()
-        cid = self.cid(task)
-        self.unordered[cid] = task
-        members = 0
-        for w in task.comm.world_ranks:
-            members |= 1 << w
-        self.ring.issue(cid, members)
+        seq = self._sequencer()
+        comm = task.comm
+        # a stream: what every member issues in the same order (module ordering.sequencer)
+        sid = (comm.uid, task.key)
+        index = self.issued.get(sid, 0)
+        self.issued[sid] = index + 1
+        self.unordered[(sid, index)] = task
+        self.place[task] = (sid, index)
+        runs = self.runs.get(comm.uid)
+        if runs is None:
+            runs = self.runs[comm.uid] = self._tree.members(comm.world_ranks)
+        seq.issue(sid, runs)
 
-    def _ring_engine(self):
-        if self.ring is None:
+    def _sequencer(self) -> Sequencer:
+        if self.seq is None:
             ctl = self.engine.control
-            self.ring = TokenRing(ctl.rank, ctl.size)
-        return self.ring
+            # every rank's node, as the context met them (the lowest rank of each)
+            node_of = getattr(self.engine.ctx, "_node_of", None)
+            if node_of is None or len(node_of) != ctl.size:
+                node_of = range(ctl.size)        # a binomial tree over the ranks
+            self._tree = Tree(node_of)
+            self.seq = Sequencer(ctl.rank, self._tree)
+        return self.seq
 
     def _send(self, msgs) -> None:
         for dest, kind, payload in msgs:
             self.engine.control.send(payload, dest, _KIND_TAG[kind])
 
     def _learn(self, learned) -> None:
-        for gseq, cid in learned:
-            task = self.unordered.pop(cid, None)
-            if task is not None:
+        for gseq, sid, index in learned:
+            task = self.unordered.pop((sid, index), None)
+            if task is not None:          # (None: it failed while it waited)
+                del self.place[task]
                 task.gseq = gseq
                 self.run.admit(task)
 
     def on_control(self, src: int, tag: int, payload) -> None:
-        self._ring_engine()
-        msgs, learned = self.ring.on_message(src, _TAG_KIND[tag], payload)
+        seq = self._sequencer()
+        msgs, learned = seq.on_message(src, _TAG_KIND[tag], payload)
+        self._send(msgs)
+        self._learn(learned)
+        if seq.pending:
+            # a report from below goes on at the next step, with whatever else arrives
+            # in this pass; the engine steps only while it has tasks, and ``hot`` keeps
+            # it from sleeping before that step
+            if self._busy():
+                self.hot = True
+            else:
+                self._flush()
+
+    def _busy(self) -> bool:
+        return bool(self.run.active or self.run.queue or self.unordered or self.loose
+                    or self.parked)
+
+    def _flush(self) -> None:
+        self.hot = False
+        msgs, learned = self.seq.flush()
         self._send(msgs)
         self._learn(learned)
 
@@ -114,14 +154,18 @@ class OrderedPolicy(Policy):
     def remove(self, task) -> None:
         if task in self.loose:
             del self.loose[task]
-        elif self.unordered.pop(self.cid(task), None) is None and not self.parked.remove(task):
+        elif task in self.place:
+            # its index stays taken: the others' batches still count it
+            del self.unordered[self.place.pop(task)]
+        elif not self.parked.remove(task):
             self.run.remove(task)
+        if self.hot and not self._busy():
+            self._flush()           # the last task is gone: no step will come for it
 
     def step(self, engine) -> bool:
-        if self.ring is not None and self.ring.unannounced:
-            msgs, learned = self.ring.flush()
-            self._send(msgs)
-            self._learn(learned)
+        if self.seq is not None and self.seq.pending:
+            # (not progress of this rank's collectives: the watchdog's idle clock runs on)
+            self._flush()
         progressed = self.run.step(engine)
         if self.parked:
             for task in self.parked.all_ready():

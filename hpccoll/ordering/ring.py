@@ -1,4 +1,9 @@
-"""The token-passing protocol of the ``ordered`` policy, as a pure state machine.
+"""The previous protocol of the ``ordered`` policy, a token ring, as a pure state machine.
+
+Not used by the policy any more (sequencer.py replaced it: its latency grows with the
+number of ranks, 2n hops per burst).  It stays as the baseline that
+scripts/token_model.py simulates beside the tree, and tests/unit/test_ordering_ring.py
+still checks it, so that the comparison is with a protocol that works.
 
 A token circulates over all ranks of the control communicator, in ring order.
 It carries:
