@@ -19,7 +19,6 @@ import time
 import numpy as np
 
 import hpccoll
-from .errors import abort_job
 from .timing import human_bytes, parse_bytes, time_interleaved
 
 COLLS = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier")
@@ -140,6 +139,7 @@ def main(argv=None) -> int:
     try:
         return run(args)
     except BaseException as exc:
+        from .jobs import abort_job   # (the job's end: MPI only then)
         return abort_job(exc, "hpccoll.demo")
 
 

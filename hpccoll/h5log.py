@@ -39,6 +39,7 @@ import fcntl
 import json
 import os
 import platform
+import resource
 import shlex
 import shutil
 import signal
@@ -53,6 +54,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import numpy as np
+
+from ._version import __version__
 
 SCHEMA = "hpccoll-results"
 SCHEMA_VERSION = 2
@@ -99,7 +102,6 @@ def environment_attrs(comm=None, argv: Optional[list] = None, settings=None,
     rank's host name); every rank gets the same dict.  ``settings``: hpccoll's resolved
     Settings (policy, knobs and where each came from)."""
     h5py = _h5py()
-    from ._version import __version__
     argv = list(sys.argv if argv is None else argv)
     host = socket.gethostname()
     attrs: dict[str, Any] = {
@@ -119,8 +121,8 @@ def environment_attrs(comm=None, argv: Optional[list] = None, settings=None,
     }
     hosts = [host]
     if comm is not None:
-        from mpi4py import MPI
-        import mpi4py
+        # (a communicator is given: mpi4py is loaded; this module itself needs no MPI)
+        MPI, mpi4py = sys.modules["mpi4py.MPI"], sys.modules["mpi4py"]
         hosts = comm.allgather(MPI.Get_processor_name())
         attrs["mpi_library_version"] = MPI.Get_library_version().strip()
         attrs["mpi_standard"] = "%d.%d" % MPI.Get_version()
@@ -302,7 +304,6 @@ def space_reason(exc: OSError, path, what: Optional[str] = None) -> str:
     path = Path(path)
     what = what or str(path)
     if exc.errno == errno.EFBIG:
-        import resource
         soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         if soft != resource.RLIM_INFINITY:
             return (f"writing {what} reached this process's file-size limit of "

@@ -10,7 +10,6 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import abort_job
 from ..h5log import WriteFailed
 from . import cases
 from .args import AVERAGES, UsageError, parse
@@ -283,4 +282,5 @@ def main(argv: Optional[list] = None) -> int:
     except BaseException as exc:
         # ranks other than 0 wait a moment, so that rank 0 (which usually fails alike)
         # can move its result file into place
+        from ..jobs import abort_job   # (the job's end: MPI only then)
         return abort_job(exc, "hpccoll-bench", 2.0 if rank != 0 and args.out else 0.0)

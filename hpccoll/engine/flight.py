@@ -18,10 +18,12 @@ append per call.  Everything else happens only when something went wrong:
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import deque
 from typing import Optional
 
+from .. import h5log
 from ..base.ops import dtype_name
 
 KIND = "flight"
@@ -90,9 +92,6 @@ def dump(directory: str, reason: str, trigger: str, snaps: dict, rank: int) -> O
     """Write ``snaps`` (rank -> snapshot) to a new HDF5 file in ``directory``; returns its
     path, or None with the reason printed when it cannot be written (an error path must
     not fail on its diagnostics)."""
-    import sys
-
-    from .. import h5log
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = os.path.join(directory, f"hpccoll-flight-{stamp}-rank{rank}-{os.getpid()}.h5")
     try:

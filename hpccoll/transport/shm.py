@@ -35,6 +35,7 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
+from ..errors import ResourcesExhausted
 from . import cma
 
 CTRL_BYTES = 4096
@@ -227,7 +228,6 @@ def create(comm, world_ranks, node_of, settings, fence_of) -> Optional[dict]:
     if errors:
         if area is not None:
             area.free()
-        from ..errors import ResourcesExhausted
         raise ResourcesExhausted(
             f"node-shared memory for a communicator of {comm.Get_size()} ranks "
             f"({nbytes} bytes per node: shm_slots x shm_slot_bytes per rank) could not be "

@@ -14,7 +14,7 @@ import sys
 import traceback
 
 from .. import h5log
-from ..errors import ArgumentError, HpcCollError, RankFailed, abort_job, agree
+from ..errors import ArgumentError, HpcCollError, RankFailed
 from ..timing import parse_bytes
 
 
@@ -47,6 +47,7 @@ def _measuring(prog: str, out: str, timeout, body, finish) -> int:
         # a rank-local error must not leave the others in a collective: settle it together
         # (or abort the job, when the others are stuck in one this rank skipped)
         try:
+            from ..jobs import agree    # (MPI is running by now)
             agree(sync, error, prog, timeout=timeout or 60.0)
         except RankFailed as exc:
             if held.get("ctx") is not None:
@@ -61,6 +62,7 @@ def _measuring(prog: str, out: str, timeout, body, finish) -> int:
             finish(*result)
         return 0
     except BaseException as exc:
+        from ..jobs import abort_job
         return abort_job(exc, prog)
 
 

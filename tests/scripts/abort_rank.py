@@ -1,11 +1,11 @@
-"""Rank 1 fails after MPI_Init and the job is aborted through errors.abort_job; every
+"""Rank 1 fails after MPI_Init and the job is aborted through jobs.abort_job; every
 rank first prints the MPICH shared-memory segments it has mapped (MAPPED <path>)."""
 import sys
 
 import numpy as np
 from mpi4py import MPI
 
-from hpccoll.errors import abort_job
+from hpccoll.jobs import abort_job
 
 world = MPI.COMM_WORLD
 world.Allreduce(np.ones(4), np.empty(4))

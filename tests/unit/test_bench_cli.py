@@ -14,7 +14,7 @@ import pytest
 from hpccoll import h5log
 from hpccoll.bench import cases
 from hpccoll.bench.table import float_str
-from hpccoll.errors import unlink_mpi_shm
+from hpccoll.jobs import unlink_mpi_shm
 from tests import launch, nccltests
 
 FAULT = str(Path(__file__).parents[1] / "scripts" / "bench_fault.py")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpccoll.errors import unlink_mpi_shm
+from hpccoll.jobs import unlink_mpi_shm
 from tests import launch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "abort_rank.py"

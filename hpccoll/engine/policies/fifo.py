@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from . import Policy
+from .base import Policy
 
 
 class FifoPolicy(Policy):

@@ -22,7 +22,7 @@ from collections import deque
 
 from ...ordering import KIND_DOWN, KIND_UP, Sequencer, Tree
 from ..control import TAG_ORDER_DOWN, TAG_ORDER_UP
-from . import Parking, Policy
+from .base import Parking, Policy
 from .fifo import FifoPolicy
 
 _KIND_TAG = {KIND_UP: TAG_ORDER_UP, KIND_DOWN: TAG_ORDER_DOWN}

@@ -55,7 +55,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from . import Parking, Policy
+from .base import Parking, Policy
 
 
 class PreemptivePolicy(Policy):
