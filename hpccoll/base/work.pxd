@@ -7,3 +7,5 @@ cdef class Work:
     cdef public object result
     cdef public bint _done
     cdef object __weakref__
+
+    cpdef _finish(self)

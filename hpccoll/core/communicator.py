@@ -110,47 +110,40 @@ class Communicator:
         st.free_mpi()
 
     # -- collectives ---------------------------------------------------------------------
-    # Every method is the same: the arguments read into a Call (validate; a call on the
-    # arrays the last one of its collective had takes the kept Call: validate.Recent),
-    # then the one issue (CommState.issue).
-    def _collective(self, coll: str, check, args: tuple, send, recv, a, b, key, blocks) -> Work:
-        st = self._state
-        if not st.ok:
-            st.usable()
-        if key is not None or blocks is not None:
-            key, blocks = validate.key_of(key), validate.blocks_of(blocks, self._blocks)
-        else:
-            blocks = self._blocks
-        return st.issue(self._recent[coll].read(check, args, send, recv, a, b), key, blocks)
-
+    # Every method is the same: ``collective`` (below) reads the arguments into a Call
+    # (validate; a call on the arrays the last one of its collective had takes the kept
+    # Call: validate.Recent), then the one issue (CommState.issue).
     def allreduce(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
-        return self._collective("allreduce", validate.allreduce,
-                                (self._state, sendbuf, recvbuf, op), sendbuf, recvbuf, op, None,
-                                key, blocks)
+        st = self._state
+        return collective(st, self._recent["allreduce"], self._blocks, validate.allreduce,
+                          (st, sendbuf, recvbuf, op), sendbuf, recvbuf, op, None, key, blocks)
 
     def reduce(self, sendbuf, recvbuf=None, op="sum", root=0, key=None, blocks=None) -> Work:
-        return self._collective("reduce", validate.reduce,
-                                (self._state, sendbuf, recvbuf, op, root), sendbuf, recvbuf, op,
-                                root, key, blocks)
+        st = self._state
+        return collective(st, self._recent["reduce"], self._blocks, validate.reduce,
+                          (st, sendbuf, recvbuf, op, root), sendbuf, recvbuf, op, root, key,
+                          blocks)
 
     def broadcast(self, buf, root=0, key=None, blocks=None) -> Work:
-        return self._collective("broadcast", validate.broadcast, (self._state, buf, root), buf,
-                                buf, root, None, key, blocks)
+        st = self._state
+        return collective(st, self._recent["broadcast"], self._blocks, validate.broadcast,
+                          (st, buf, root), buf, buf, root, None, key, blocks)
 
     def allgather(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
-        return self._collective("allgather", validate.allgather,
-                                (self._state, sendbuf, recvbuf), sendbuf, recvbuf, None, None,
-                                key, blocks)
+        st = self._state
+        return collective(st, self._recent["allgather"], self._blocks, validate.allgather,
+                          (st, sendbuf, recvbuf), sendbuf, recvbuf, None, None, key, blocks)
 
     def reduce_scatter(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
-        return self._collective("reduce_scatter", validate.reduce_scatter,
-                                (self._state, sendbuf, recvbuf, op), sendbuf, recvbuf, op, None,
-                                key, blocks)
+        st = self._state
+        return collective(st, self._recent["reduce_scatter"], self._blocks,
+                          validate.reduce_scatter, (st, sendbuf, recvbuf, op), sendbuf, recvbuf,
+                          op, None, key, blocks)
 
     def alltoall(self, sendbuf, recvbuf=None, key=None, blocks=None) -> Work:
-        return self._collective("alltoall", validate.alltoall,
-                                (self._state, sendbuf, recvbuf), sendbuf, recvbuf, None, None,
-                                key, blocks)
+        st = self._state
+        return collective(st, self._recent["alltoall"], self._blocks, validate.alltoall,
+                          (st, sendbuf, recvbuf), sendbuf, recvbuf, None, None, key, blocks)
 
     def barrier(self, key=None) -> Work:
         st = self._state
@@ -164,3 +157,16 @@ class Communicator:
         if not st.ok:
             st.usable()
         return st.issue(call, None, self._blocks)
+
+
+def collective(st, recent, default_blocks, check, args: tuple, send, recv, a, b, key,
+               blocks) -> Work:
+    """The body of every collective method: the arguments read into a Call (``recent``:
+    the collective's validate.Recent), then the one issue."""
+    if not st.ok:
+        st.usable()
+    if key is not None or blocks is not None:
+        key, blocks = validate.key_of(key), validate.blocks_of(blocks, default_blocks)
+    else:
+        blocks = default_blocks
+    return st.issue(recent.read(check, args, send, recv, a, b), key, blocks)

@@ -1,11 +1,14 @@
 # The typed form of core/state.py (hpccoll/_compiled.py).
 from hpccoll.core.plan cimport Plan
+from hpccoll.engine.engine cimport Engine
 from hpccoll.core.validate cimport Call
-from hpccoll.engine.task cimport Task
+from hpccoll.engine.lane cimport mpi_lane
+from hpccoll.engine.task cimport Task, new as new_task, started
 
 
 cdef class CommState:
-    cdef public object ctx, engine, name, uid, lock, broken, unreported, last
+    cdef public Engine engine
+    cdef public object ctx, name, uid, lock, broken, unreported, last
     cdef public object live_keys, key_uses, plans, persist, orphans, prefer, pool, ledger
     cdef public object shm, gate, data, mpi, world_ranks, shape, check
     cdef public bint freed, ok

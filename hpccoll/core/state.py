@@ -25,9 +25,9 @@ import numpy as np
 from ..base import mismatch
 from ..base.pool import BufferPool
 from ..engine.check import CheckLane
-from ..engine.lane import Gate, MpiLane
+from ..engine.lane import Gate, mpi_lane
 from ..engine.program import ProgramLane
-from ..engine.task import Task, started
+from ..engine.task import Task, new as new_task, started
 from ..errors import ArgumentError, CollectiveMismatch, ContextClosed, mpi_failure
 from ..transport import shm as shared_memory
 from . import device
@@ -171,8 +171,8 @@ class CommState:
                     prev = prev()
                     if started(prev):
                         prev = None
-                task = Task(engine, self, plan, seq, None, lane, call.result, check, prev,
-                            gated)
+                task = new_task(engine, self, plan, seq, None, lane, call.result, check, prev,
+                                gated)
             engine.issue(task, plan.inline)
             if key is None:
                 # the next collective's start waits for this one's (a weak reference: a
@@ -222,7 +222,7 @@ class CommState:
                         self.size, self.rank, call)
                 slot = pset.slots[pset.uses % plans.PERSISTENT_SLOTS]
                 pset.uses += 1
-            return MpiLane(recipe, call.send, call.recv, slot)
+            return mpi_lane(recipe, call.send, call.recv, slot)
         if plan.detour is not None:
             return device.detour_lane(plan, call)
         if plan.device:
@@ -290,7 +290,7 @@ class CommState:
             fp = mismatch.with_seq(plan.fp, h)
             check = CheckLane(0, np.array([fp], np.int64), self, self.data, tag + 1,
                               direct=True)
-        task = Task(self.engine, self, plan, None, key, lane, call.result, check)
+        task = new_task(self.engine, self, plan, None, key, lane, call.result, check)
         task.key_instance = self.key_uses[key] = self.key_uses.get(key, 0) + 1
         return task
 

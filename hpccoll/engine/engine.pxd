@@ -1,20 +1,24 @@
 # The typed form of engine/engine.py (hpccoll/_compiled.py).
+from hpccoll.engine.flight cimport Recorder
 from hpccoll.engine.task cimport Task
 
 
 cdef class Engine:
     cdef public object ctx, settings, policy, control, sq, started, wake, lock, driver
     cdef public object _callbacks, _want_lock, _resume, broken, _control_tags, _park
-    cdef public object crosscheck, watchdog, trace, flight, unclaimed, thread
+    cdef public object crosscheck, watchdog, trace, unclaimed, thread
+    cdef public Recorder flight
     cdef public bint early, solo, _stop, _sleeping
     cdef public long long _want, _live, passes, parks, wakeups, switches
-    cdef public double last_progress, app_active, _served
+    cdef public long long _spin_polls, _yield_polls
+    cdef public double last_progress, app_active, _served, _spin_s
 
     cpdef issue(self, Task task, bint inline=*)
     cpdef _admit(self, Task task, bint started)
     cpdef take_started(self, before=*)
     cpdef wait(self, Task task, timeout=*)
     cpdef _spin(self, Task task, deadline)
+    cpdef bint _quick(self, Task task, long long polls) except -1
     cpdef bint _step(self, Task task, long long idle) except -1
     cpdef bint _alone(self, Task task) except -1
     cpdef bint _pass(self, before=*) except -1

@@ -25,8 +25,9 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from collections import deque
+from threading import get_ident
+from time import monotonic
 
 from ..errors import CollectiveMismatch, CollectiveTimeout, HpcCollError
 from . import flight, policies, progress
@@ -70,7 +71,7 @@ class Engine:
         self.watchdog = Watchdog(self)
         self._stop = False
         self._sleeping = False            # the daemon waits on ``wake`` (submit must set it)
-        self.last_progress = time.monotonic()   # any task's progress, for the watchdog
+        self.last_progress = monotonic()   # any task's progress, for the watchdog
         self.trace = deque(maxlen=1_000_000) if settings.trace else None
         self.flight = Recorder(settings.flight_entries) if settings.flight_entries else None
         self._live = 0                    # tasks the policy holds
@@ -80,6 +81,11 @@ class Engine:
         # counters (per daemon)
         self.passes = self.parks = self.wakeups = 0
         self.switches = 0
+        # the waiter's spin (settings read once: attributes of a plain object per poll
+        # would cost more than a poll)
+        self._spin_polls = settings.spin_polls or 1
+        self._spin_s = settings.spin_us * 1e-6
+        self._yield_polls = settings.yield_polls
         self.thread = threading.Thread(target=progress.run, args=(self,), daemon=True,
                                        name=f"hpccoll-engine-r{self.control.rank}")
         self.thread.start()
@@ -132,7 +138,7 @@ class Engine:
             self.policy.admit(task)
             return
         self.policy.adopt(task)
-        self.app_active = time.monotonic()
+        self.app_active = monotonic()
         if task.fault is not None:
             self._failed_start(task, task.fault)
         elif not task.finished:
@@ -159,13 +165,13 @@ class Engine:
         right here (``spin_us`` of polls, then, where ranks outnumber cores,
         ``yield_polls`` polls with sched_yield between them); then it takes turns with
         other waiters and the progress thread, sleeping between fruitless passes."""
-        me = threading.get_ident()
+        me = get_ident()
         if self.driver == me:
             raise HpcCollError(
                 f"wait() on {task!r} from the thread that drives hpccoll's engine: it cannot "
                 "make progress while it waits for itself; wait in a done-callback is fine, "
                 "but not inside hpccoll's own calls")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else monotonic() + timeout
         lock = self.lock
         if lock.acquire(False):
             self.driver = me
@@ -178,38 +184,49 @@ class Engine:
                 self.run_callbacks()
         if not task._done:
             self._drive(task, deadline)
-        self.app_active = time.monotonic()
+        self.app_active = monotonic()
 
     def _spin(self, task, deadline) -> None:
         """The waiter's first polls (the driver's lock held), until ``task`` is done,
         callbacks wait to run, or the spin is over.  A task started at issue that is all
         the engine has is polled as it is, without joining the policy (it leaves
-        ``started`` when it completes); anything else joins first."""
+        ``started`` when it completes); anything else joins first.  While it is alone,
+        with nothing but its data to wait for, the spin tests only what its lane says
+        would let it move (``Lane.ready``: MPI's request), a batch of polls at a time:
+        MPI progresses its own collective only inside such tests, so the time between
+        two of them is latency."""
         if self.started and not self._alone(task):
             self.take_started()
-        s = self.settings
-        polls = s.spin_polls or 1
+        polls = self._spin_polls
         idle = 0
         end = None
         while True:
-            for _ in range(polls):
+            if self._quick(task, polls):
+                idle = 0
+            if self._step(task, idle):
+                idle = 0
+            else:
+                idle += 1
+            if task._done or self._callbacks:
+                return
+            for _ in range(polls - 1):
                 if self._step(task, idle):
                     idle = 0
                 else:
                     idle += 1
                 if task._done or self._callbacks:
                     return
-            now = time.monotonic()
+            now = monotonic()
             if end is None:
-                end = now + s.spin_us * 1e-6
+                end = now + self._spin_s
                 if deadline is not None and deadline < end:
                     end = deadline
             if now >= end:
                 break
-        if s.yield_polls and _YIELD is not None and deadline is None:
+        if self._yield_polls and _YIELD is not None and deadline is None:
             # ranks outnumber cores (spinning is off): the peer this waits for is likely
             # ready to run on this core; hand it over between polls
-            for _ in range(s.yield_polls):
+            for _ in range(self._yield_polls):
                 _YIELD()
                 if self._step(task, idle):
                     idle = 0
@@ -217,6 +234,20 @@ class Engine:
                     idle += 1
                 if task._done or self._callbacks:
                     return
+
+    def _quick(self, task, polls: int) -> bool:
+        """Up to ``polls`` tests of what ``task``'s lane waits on, where the task is alone
+        and waits for nothing else (no check, no doom): True once one succeeded (its own
+        poll then completes it)."""
+        if task.check is not None or task.doomed is not None or not self._alone(task):
+            return False
+        ready = task.lane.ready()
+        if ready is None:
+            return False
+        for _ in range(polls):
+            if ready():
+                return True
+        return False
 
     def _step(self, task, idle: int) -> bool:
         """One poll on behalf of a waiter (the driver's lock held): ``task`` alone when it
@@ -260,16 +291,16 @@ class Engine:
         """wait() once the first spin did not finish ``task``: take turns at the lock
         with other waiters (the progress thread steps aside meanwhile), and back off
         between fruitless passes (engine/progress.py)."""
-        me = threading.get_ident()
+        me = get_ident()
         lock = self.lock
         with self._want_lock:
             self._want += 1
             self._resume.clear()
         old_slack = None
-        began = time.monotonic()
+        began = monotonic()
         try:
             while not task._done:
-                left = None if deadline is None else deadline - time.monotonic()
+                left = None if deadline is None else deadline - monotonic()
                 if left is not None and left <= 0:
                     return
                 # short timeouts: another waiter may drive and complete our task meanwhile
@@ -289,19 +320,19 @@ class Engine:
                             break          # run them, outside the lock, then go on
                         if idle == 0:
                             continue
-                        if deadline is not None and time.monotonic() > deadline:
+                        if deadline is not None and monotonic() > deadline:
                             return
                         if (old_slack is None and idle > self.settings.spin_polls
                                 + self.settings.yield_polls):
                             old_slack = progress.fine_slack()   # about to sleep
-                        progress.backoff(self, idle, waited=time.monotonic() - began,
+                        progress.backoff(self, idle, waited=monotonic() - began,
                                          mpi=not task.lane.needs_slot)
                 finally:
                     self.driver = None
                     lock.release()
                 self.run_callbacks()
         finally:
-            self.app_active = time.monotonic()
+            self.app_active = monotonic()
             progress.restore_slack(old_slack)
             with self._want_lock:
                 self._want -= 1
@@ -311,7 +342,7 @@ class Engine:
     def poke(self, task=None) -> None:
         """Work.test(): one pass if nobody else is driving."""
         if self.lock.acquire(False):
-            self.driver = threading.get_ident()
+            self.driver = get_ident()
             try:
                 if task is not None and self._alone(task) and not self.started:
                     if task.poll() and task.finished:
@@ -343,10 +374,10 @@ class Engine:
         if self._live and self.broken is None:
             if self.policy.step(self):
                 progressed = True
-                self.last_progress = time.monotonic()
+                self.last_progress = monotonic()
         self.passes += 1
         if not progressed or self._control_tags or self.passes % CTL_EVERY == 0:
-            self._served = time.monotonic()
+            self._served = monotonic()
             self._serve_control()
             self.crosscheck.tick()
         if self.settings.timeout is not None and self.broken is None:

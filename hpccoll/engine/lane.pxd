@@ -1,8 +1,16 @@
 # The typed form of engine/lane.py (hpccoll/_compiled.py).
+cimport cython
+
+
 cdef class Lane:
     pass
 
 
+@cython.freelist(32)
 cdef class MpiLane(Lane):
     cdef public object recipe, send, recv, req, slot
     cdef public bint done
+
+
+cpdef MpiLane mpi_setup(MpiLane lane, recipe, send, recv, slot)
+cpdef MpiLane mpi_lane(recipe, send, recv, slot=*)

@@ -64,6 +64,12 @@ class Lane:
     def start(self) -> None:
         """Post the first transfers and run to the first wait."""
 
+    def ready(self):
+        """A cheap test, or None: a function of no arguments that returns True once
+        ``run`` would make progress (a waiter spins on it while nothing else is
+        pending).  Calling ``run`` is always right; this only spares its bookkeeping."""
+        return None
+
     def run(self) -> bool:
         """Continue where possible; True if anything moved."""
         raise NotImplementedError
@@ -92,9 +98,7 @@ class MpiLane(Lane):
     program = MPI_PROGRAM
 
     def __init__(self, recipe, send, recv, slot=None):
-        self.recipe, self.send, self.recv, self.slot = recipe, send, recv, slot
-        self.req = None
-        self.done = False
+        mpi_setup(self, recipe, send, recv, slot)
 
     def startable(self) -> bool:
         """A persistent slot is free once its previous use completed here."""
@@ -105,6 +109,11 @@ class MpiLane(Lane):
             self.req = transport.start(self.recipe, self.send, self.recv)
         else:
             self.req = transport.start_slot(self.recipe, self.slot, self.send)
+
+    def ready(self):
+        # (a test of a completed request keeps answering True: MPI's inactive or null
+        # request; run() then completes the collective)
+        return self.req.Test if not self.done else None
 
     def run(self) -> bool:
         if self.done or not self.req.Test():
@@ -127,6 +136,19 @@ class MpiLane(Lane):
 
     def release(self) -> None:
         self.send = self.recv = None
+
+
+def mpi_setup(lane, recipe, send, recv, slot):
+    """Every field of an MpiLane (its one initialisation)."""
+    lane.recipe, lane.send, lane.recv, lane.slot = recipe, send, recv, slot
+    lane.req = None
+    lane.done = False
+    return lane
+
+
+def mpi_lane(recipe, send, recv, slot=None):
+    """A new MpiLane: MpiLane(...) without the call's argument parsing."""
+    return mpi_setup(MpiLane.__new__(MpiLane), recipe, send, recv, slot)
 
 
 class DetourLane(Lane):

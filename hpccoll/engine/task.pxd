@@ -1,7 +1,10 @@
 # The typed form of engine/task.py (hpccoll/_compiled.py).
+cimport cython
+
 from hpccoll.base.work cimport Work
 
 
+@cython.freelist(32)
 cdef class Task(Work):
     cdef public object comm, plan, seq, key, lane, check, prev, state
     cdef public object t_start, t_end, fault, doomed, gseq, yield_times
@@ -16,3 +19,5 @@ cdef class Task(Work):
 
 
 cpdef bint started(prev) except -1
+cpdef Task setup(Task task, engine, comm, plan, seq, key, lane, result, check, prev, bint gated)
+cpdef Task new(engine, comm, plan, seq, key, lane, result, check=*, prev=*, bint gated=*)

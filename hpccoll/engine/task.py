@@ -11,6 +11,7 @@ Tasks are only touched by whoever holds the engine (its thread, or a thread in w
 from __future__ import annotations
 
 import time
+from time import monotonic
 
 from mpi4py import MPI
 
@@ -29,33 +30,45 @@ def started(prev) -> bool:
     return prev is None or prev.posted or prev.state is FAILED
 
 
+def setup(task, engine, comm, plan, seq, key, lane, result, check, prev, gated):
+    """Every field of a new task (its one initialisation: Task() and ``new`` alike)."""
+    task._engine = engine
+    task._done = False
+    task._callbacks = task.error = None
+    task.key_instance = 0
+    task.doomed = task.gseq = task.yield_times = task.fault = None
+    task.retired = task.probed = task.made_progress = task.adopted = task.admitted = False
+    task.posted = False  # every MPI collective of it is posted (the next may post its own)
+    task.t_start = task.t_end = None
+    task.polls = task.tries = task.yields = task.yields_progress = task.spins = 0
+    task.threshold = 0
+    task.consecutive = 1
+    task.comm = comm             # the communicator's state (core/state.py)
+    task.plan = plan
+    task.seq, task.key = seq, key
+    task.lane = lane
+    task.check = check
+    task.prev = prev             # the communicator's previous order-matched task
+    task.result = result         # what wait() returns
+    task.state = QUEUED
+    # the data waits for the check: nothing moves until every member's fingerprint agreed
+    # (check_mismatch="every" on MPI's own collectives, which a mismatched call can make
+    # the MPI library itself abort)
+    task.gated = gated
+    task.t_issue = task.last_progress = monotonic()
+    return task
+
+
+def new(engine, comm, plan, seq, key, lane, result, check=None, prev=None, gated=False):
+    """A new task: Task(...) without the call's argument parsing (the per-call path's)."""
+    return setup(Task.__new__(Task), engine, comm, plan, seq, key, lane, result, check, prev,
+                 gated)
+
+
 class Task(Work):
     def __init__(self, engine, comm, plan, seq, key, lane, result, check=None, prev=None,
                  gated=False):
-        self._engine = engine
-        self._done = False
-        self._callbacks = self.error = None
-        self.key_instance = 0
-        self.doomed = self.gseq = self.yield_times = self.fault = None
-        self.retired = self.probed = self.made_progress = self.adopted = self.admitted = False
-        self.posted = False  # every MPI collective of it is posted (the next may post its own)
-        self.t_start = self.t_end = None
-        self.polls = self.tries = self.yields = self.yields_progress = self.spins = 0
-        self.threshold = 0
-        self.consecutive = 1
-        self.comm = comm             # the communicator's state (core/state.py)
-        self.plan = plan
-        self.seq, self.key = seq, key
-        self.lane = lane
-        self.check = check
-        self.prev = prev             # the communicator's previous order-matched task
-        self.result = result         # what wait() returns
-        self.state = QUEUED
-        # the data waits for the check: nothing moves until every member's fingerprint
-        # agreed (check_mismatch="every" on MPI's own collectives, which a mismatched
-        # call can make the MPI library itself abort)
-        self.gated = gated
-        self.t_issue = self.last_progress = time.monotonic()
+        setup(self, engine, comm, plan, seq, key, lane, result, check, prev, gated)
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -111,7 +124,7 @@ class Task(Work):
         """Post the check's collective, then the data's (the same order on every rank), and
         run to the first wait."""
         self.state = RUNNING
-        self.t_start = self.last_progress = now or time.monotonic()
+        self.t_start = self.last_progress = now or monotonic()
         self.prev = None
         if self.lane.holds is not None:
             self.lane.holds.held += 1       # given back when the task completes (engine)
@@ -137,7 +150,7 @@ class Task(Work):
                     return False
                 if not self.posted and lane.mpi_posted:      # (a late post: DetourLane)
                     self.posted = True
-                now = self.last_progress = time.monotonic()
+                now = self.last_progress = monotonic()
                 if lane.done:
                     self.state = DONE
                     self.t_end = now
@@ -155,18 +168,18 @@ class Task(Work):
                     progressed = True
                     if not self.posted and lane.mpi_posted:      # (a late post)
                         self.posted = True
-            elif time.monotonic() > self.doomed[0]:
+            elif monotonic() > self.doomed[0]:
                 self.fail(self.doomed[1])
                 return True
             if lane.done and (check is None or check.done):
                 self.state = DONE
-                self.t_end = time.monotonic()
+                self.t_end = monotonic()
                 progressed = True
         except Exception as exc:
             self.fail_from(exc)
             return True
         if progressed:
-            self.last_progress = time.monotonic()
+            self.last_progress = monotonic()
         return progressed
 
     def fail_from(self, exc: Exception) -> None:
@@ -207,7 +220,7 @@ class Task(Work):
             f"or dtype (this rank: {self.describe()}; MPI: {exc})", ranks=tuple(peers))
         # the check, or a probe of the communicator's ledger, may still say who differs
         # and how; until then the task is doomed
-        self.doomed = (time.monotonic() + TRUNCATE_GRACE, error)
+        self.doomed = (monotonic() + TRUNCATE_GRACE, error)
         if self.check is None:
             self.comm.suspect(self)
 
@@ -215,7 +228,7 @@ class Task(Work):
         if not self.finished:
             self.state = FAILED
             self.error = exc
-            self.t_end = time.monotonic()
+            self.t_end = monotonic()
             if self.comm.unreported is not None and isinstance(exc, CollectiveMismatch):
                 # the verdict came while nothing seemed pending (this one had passed
                 # usable() but was not queued yet, or its own check found it too): this
@@ -249,7 +262,7 @@ class Task(Work):
             crecv, csend = self.check.pending_peers()
             recv_from = recv_from | crecv
             send_to = send_to | csend
-        now = time.monotonic()
+        now = monotonic()
         return {
             "comm": self.comm.name, "members": list(world), "seq": self.seq,
             "key": self.key, "ident": self.ident, "coll": self.coll, "dtype": dtype_name(self.dtype),
