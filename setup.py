@@ -22,13 +22,16 @@ try:
 except ImportError:       # no Cython: the per-call path runs interpreted
     pass
 else:
-    extensions += cythonize(
-        [Extension(name, [name.replace(".", "/") + ".py"], extra_compile_args=["-O2"],
-                   optional=True) for name in MODULES],
+    compiled = cythonize(
+        [Extension(name, [name.replace(".", "/") + ".py"], extra_compile_args=["-O2"])
+         for name in MODULES],
         build_dir="build/cython", quiet=True,
         compiler_directives={"language_level": 3, "binding": True,
                              # Python's annotations stay documentation: an ``int``
                              # parameter must still take a NumPy integer
                              "annotation_typing": False, "embedsignature": True})
+    for ext in compiled:      # (cythonize makes new Extensions: optional is set here)
+        ext.optional = True
+    extensions += compiled
 
 setup(ext_modules=extensions)
