@@ -167,8 +167,17 @@ def as_device(obj: Any, name: str, *, writable: bool = False) -> DeviceArray:
         raise ArgumentError(f"{name}: expected a writable device array, got a read-only one")
     n = int(np.prod(shape)) if shape else 1
     stream = cai.get("stream") if cai.get("version", 0) >= 3 else None
-    return DeviceArray(obj, _view(obj, cai, dtype, n), int(ptr or 0), stream,
-                       _device_of(obj, int(ptr or 0)))
+    try:
+        view = _view(obj, cai, dtype, n)
+    except HpcCollError:
+        raise
+    except Exception as exc:    # no CUDA driver or GPU (Numba's CudaSupportError), ...
+        raise ArgumentTypeError(
+            f"{name}: a device array ({type(obj).__name__} with __cuda_array_interface__), "
+            f"but CUDA cannot take it here ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); pass a NumPy array, or run "
+            "where a GPU and its driver are") from exc
+    return DeviceArray(obj, view, int(ptr or 0), stream, _device_of(obj, int(ptr or 0)))
 
 
 def _device_of(obj: Any, ptr: int):

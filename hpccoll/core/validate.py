@@ -128,8 +128,12 @@ def _bad_host(x: np.ndarray, name: str, writable: bool):
 
 
 def array(x: Any, name: str, writable: bool = False):
-    """(flat 1-D view, DeviceArray or None) of an array argument."""
+    """(flat 1-D view, DeviceArray or None) of an array argument.  A NumPy subclass is
+    read through its plain-array view (an np.matrix stays 2-D when reshaped; a masked
+    array's data, without its mask, as mpi4py sends it)."""
     if isinstance(x, np.ndarray):
+        if x.__class__ is not _ND:
+            x = x.view(_ND)
         flags = x.flags.num
         if (flags & _C_ALIGNED != _C_ALIGNED or x.dtype not in DTYPE_CODE
                 or (writable and not flags & _WRITEABLE)):

@@ -8,8 +8,10 @@
  * hands the caller's thread to the switch interval of whoever takes it).
  *
  * Row 0 is a header: MAGIC, then the bytes each of the call's three buffers (send,
- * recv, scratch) must hold at least; it is checked at every call, so an encoding never
- * writes past a buffer it was not made for.  Instruction i is row i + 1:
+ * recv, scratch) must hold at least, then whether the program writes the receive buffer
+ * (a broadcast's root passes one buffer, which only its sends read: it may be
+ * read-only); it is checked at every call, so an encoding never writes past a buffer it
+ * was not made for, nor asks more of a buffer than the program needs.  Instruction i is row i + 1:
  *
  *   WAIT    epoch, npeers, &counter...      every counter >= base + epoch, else stop here
  *   SIGNAL  epoch, &counter                 counter = base + epoch
@@ -204,7 +206,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
         Py_ssize_t len = 0;
         bufs[i] = NULL;
         if (obj[i] != Py_None) {   /* (None: a reduce's recvbuf off its root) */
-            if (PyObject_GetBuffer(obj[i], &bv[held], i ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+            int flags = (i == 2 || (i == 1 && code[4])) ? PyBUF_WRITABLE : PyBUF_SIMPLE;
+            if (PyObject_GetBuffer(obj[i], &bv[held], flags) < 0)
                 goto fail;
             bufs[i] = bv[held].buf;
             len = bv[held++].len;
@@ -215,7 +218,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
             goto fail;
         }
     }
-    /* (code[2]: the bytes of the receive buffer the program writes) */
+    /* (code[2]: the bytes of the receive buffer the program uses) */
     const int stream = CAN_STREAM && stream_bytes >= 0 && code[2] >= stream_bytes;
     for (; pc < count; pc++) {
         const int64_t *ins = code + (pc + 1) * NROW;

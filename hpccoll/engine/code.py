@@ -180,6 +180,11 @@ def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
         fn = NATIVE_DTYPES.index(dtype) * len(NATIVE_OPS) + NATIVE_OPS.index(op)
     rows = np.zeros((len(code) + 1, row), np.int64)
     need = [0, 0, 0]
+    writes = [False, False, False]     # (destinations: what must be writable)
+
+    def dest(x):
+        if x.__class__ is tuple:
+            writes[x[0]] = True
 
     def operand(x, out, at) -> int:
         """Write operand x (its kind and offset) at rows[out, at:at + 2]; its bytes."""
@@ -204,6 +209,7 @@ def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
             rows[i, :3] = ops["SIGNAL"], ins[2], _address(np.frombuffer(ins[1], np.int64))
         elif k == COPY:
             rows[i, 0] = ops["COPY"]
+            dest(ins[1])
             n = operand(ins[1], i, 1)
             if operand(ins[2], i, 3) != n:
                 return None
@@ -212,11 +218,13 @@ def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
             rows[i, :3] = ops["PUBLISH"], ins[1], _address(np.frombuffer(ins[2], np.int64))
         elif k == READ:
             rows[i, 0] = ops["READ"]
+            dest(ins[1])
             operand(ins[1], i, 1)
             word, pid, off, n = ins[2]
             rows[i, 3:7] = _address(np.frombuffer(word, np.int64)), pid, off, n
         elif k == UFUNC and fn is not None and 6 + 2 * len(ins[2]) <= row:
             rows[i, 0] = ops["REDUCE"]
+            dest(ins[1])
             n = operand(ins[1], i, 1)
             rows[i, 3:6] = n // itemsize, fn, len(ins[2])
             for j, s in enumerate(ins[2]):
@@ -224,7 +232,7 @@ def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
                     return None
         else:
             return None
-    rows[0, :4] = _native.MAGIC, *need
+    rows[0, :5] = _native.MAGIC, *need, writes[1]
     return rows
 
 

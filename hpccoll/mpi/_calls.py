@@ -130,8 +130,6 @@ def bcast(hc, buf, root):
                 and (_ARRAYS.get(buf.dtype) is not None or fast_dtype(buf) is not None)
                 and (flags & _WRITEABLE or root == hc.rank)):
             x = buf if buf.ndim == 1 else buf.reshape(-1)
-            if not flags & _WRITEABLE:
-                x = _root_copy(x)
             return Call("broadcast", x, x, x.size, None, root, True, None)
     root = _root(root)
     m = simple(buf, readonly=root == hc.rank)
@@ -139,18 +137,7 @@ def bcast(hc, buf, root):
     if m.device or (dt := native_dtype(m.datatype)) is None:
         return FORWARD
     x = view(m, dt, m.count)
-    if not x.flags.writeable:
-        x = _root_copy(x)
     return Call("broadcast", x, x, x.size, None, root, True, None)
-
-
-def _root_copy(x):
-    """The root's buffer of a broadcast, read-only (mpi4py accepts it: the root only
-    sends).  hpccoll's C executor of shared-memory programs takes the receive buffer as
-    writable even where it does not write it (engine/_native.c, run), and a broadcast's
-    send and receive buffers are one, so the root sends a copy, taken now (MPI forbids
-    changing the buffer before the call completes)."""
-    return x.copy()
 
 
 def _flat(a):
