@@ -17,6 +17,7 @@ from ..base.ops import DTYPE_CODE, DTYPES
 from .. import config
 from ..config import Settings, resolve
 from ..engine import code
+from ..engine.control import TAG_CLOSING
 from ..engine.crosscheck import final_check
 from ..engine.engine import Engine
 from ..errors import (ArgumentError, ArgumentTypeError, CollectiveTimeout, ContextClosed,
@@ -88,6 +89,8 @@ class Context:
             raise ArgumentError("comm: expected a communicator this rank belongs to, got COMM_NULL")
         _all_here(base, settings.timeout if settings is not None else None)
         self._closed = False
+        self._pid = os.getpid()
+        self._fork_error = None        # set in a child forked after init (_forked_in_child)
         self._allocs: list = []        # registered allocations (ctx.empty)
         self._node = None              # this node's ranks (_meet_node; registered buffers)
         self._fence_win = None         # shm_fence's window
@@ -321,6 +324,8 @@ class Context:
         return self._by_uid.get(uid)
 
     def _check_open(self) -> None:
+        if self._fork_error is not None:
+            raise self._fork_error
         if self._closed:
             raise ContextClosed("this hpccoll context is closed; create a new one with hpccoll.init()")
         broken = self._engine.broken
@@ -332,17 +337,26 @@ class Context:
 
     # -- shutdown ----------------------------------------------------------------------
     def close(self, raise_mismatch: bool = True) -> None:
-        """Collective and idempotent: finish pending collectives, compare every
-        communicator's mismatch digest one last time, stop the engine, wait for the other
-        ranks (up to close_timeout), free every private communicator.  A mismatch found
-        there is printed on every rank and raised (``raise_mismatch``) once all is freed."""
+        """Collective and idempotent: finish pending collectives, wait for the other ranks
+        (up to close_timeout), compare every communicator's mismatch digest one last time,
+        stop the engine, free every private communicator.  A mismatch found there is
+        printed on every rank and raised (``raise_mismatch``) once all is freed.  The other
+        ranks hear at once how far this rank got on each communicator: a collective of
+        theirs it will never join fails there (ContextClosed) instead of waiting."""
         if self._closed:
             return
         self._closed = True
-        for st in self._states():
-            st.stop()
         _OPEN.discard(self)
+        if self._fork_error is not None:      # a forked child: nothing of MPI is its own
+            return
+        states = self._states()
+        for st in states:
+            st.stop()
         engine = self._engine
+        if engine.broken is None and self.size > 1:
+            with engine.lock:
+                engine.control.broadcast({st.uid: st.seq for st in states},
+                                         range(self.size), TAG_CLOSING)
         deadline = time.monotonic() + self.settings.close_timeout
         abandoned = False
         while engine.pending() and engine.broken is None:
@@ -352,15 +366,6 @@ class Context:
                 abandoned = True
                 break
             time.sleep(0.001)
-        mismatches = []
-        if not abandoned and engine.broken is None and self.settings.check_mismatch == "deferred":
-            # a peer's failure notice that came in since the last pass breaks its
-            # communicator here too: the final comparison must not post on it
-            with engine.lock:
-                engine._serve_control()
-            mismatches = final_check(self._states(), deadline)
-            for exc in mismatches:
-                print(f"hpccoll: rank {self.rank}: {exc}", file=sys.stderr, flush=True)
         # wait for the other ranks with the engine still running: it keeps answering their
         # watchdog report requests (a rank whose timeout fired a moment later than ours)
         healthy = engine.broken is None
@@ -376,9 +381,19 @@ class Context:
                           f"after {wait:g} s", file=sys.stderr)
                 break
             time.sleep(0.0005)
+        mismatches = []
+        if synced and self.settings.check_mismatch == "deferred" and self.size > 1:
+            # (every rank takes part; one that abandoned collectives or broke says so, and
+            # its communicators are compared by nobody)
+            with engine.lock:           # notices that came in meanwhile break what they break
+                engine._serve_control()
+            mismatches = final_check(self._ctl, states, not abandoned and engine.broken is None,
+                                     time.monotonic() + wait)
+            for exc in mismatches:
+                print(f"hpccoll: rank {self.rank}: {exc}", file=sys.stderr, flush=True)
         engine.stop()
         if synced:
-            for st in self._states():
+            for st in states:
                 st.free_mpi()
             self._free_allocations()
             if self._node is not None:
@@ -387,13 +402,27 @@ class Context:
                 self._fence_win.Unlock_all()
                 self._fence_win.Free()
                 self._fence_win = None
-        for st in self._states():
+        for st in states:
             st.stop()
         self._comms = []
         self.world._state.freed = True
         self.world._state.stop()
         if mismatches and raise_mismatch:
             raise mismatches[0]
+
+    def _forked_in_child(self) -> None:
+        """This process was forked after init (os.register_at_fork): its copy of the
+        context shares its parent's MPI connections, so nothing of it may be used."""
+        self._fork_error = HpcCollError(
+            f"this process (pid {os.getpid()}) was forked from rank {self.rank} (pid "
+            f"{self._pid}) after hpccoll.init: its collectives would travel on its parent's "
+            "MPI connections and be taken for the parent's.  Use hpccoll in the parent "
+            "only; start worker processes before hpccoll.init, or with the 'spawn' or "
+            "'forkserver' method")
+        engine = self._engine
+        engine.forked = engine.broken = self._fork_error
+        for st in self._states():
+            st.stop(self._fork_error)
 
     def _free_allocations(self) -> None:
         """Free the registered allocations no array uses on any rank of the node any more
@@ -418,6 +447,15 @@ class Context:
 
 
 _OPEN: "weakref.WeakSet[Context]" = weakref.WeakSet()
+
+
+def _forked_child() -> None:
+    for ctx in list(_OPEN):
+        ctx._forked_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)
 
 
 @atexit.register

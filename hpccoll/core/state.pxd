@@ -8,11 +8,11 @@ from hpccoll.engine.task cimport Task, new as new_task, started
 
 cdef class CommState:
     cdef public Engine engine
-    cdef public object ctx, name, uid, lock, broken, unreported, last
+    cdef public object ctx, name, uid, lock, broken, unreported, last, limit_error
     cdef public object live_keys, key_uses, plans, persist, orphans, prefer, pool, ledger
     cdef public object shm, gate, data, mpi, world_ranks, shape, check
     cdef public bint freed, ok
-    cdef public long long seq, rank, size, tag_space
+    cdef public long long seq, rank, size, tag_space, limit
     cdef public double noted_at
 
     cpdef Task issue(self, Call call, key=*, blocks=*)

@@ -57,6 +57,10 @@ class CommState:
         self.freed = False
         self.ok = True                 # none of: closed, engine broken, broken, freed, no member
         self.seq = 0
+        # order-matched collectives a member will ever issue here (it closed its context
+        # after that many: Engine._on_closing), and the error issuing more raises
+        self.limit = 1 << 62
+        self.limit_error = None
         # the last order-matched task, while it may not have started (start order): a
         # weak reference (a task that is gone has finished), or None once it started, so
         # that a finished collective's result is not kept alive here
@@ -130,6 +134,11 @@ class CommState:
             raise ContextClosed(f"communicator {self.name!r} is unusable after: {self.broken}") \
                 from self.broken
 
+    def closed_at(self, count: int, exc: BaseException) -> None:
+        """A member closed its context after ``count`` order-matched collectives here."""
+        if count < self.limit:
+            self.limit, self.limit_error = count, exc
+
     def stop(self, exc: Optional[BaseException] = None) -> None:
         """No collective may be issued here any more (``usable`` says why)."""
         self.ok = False
@@ -148,6 +157,8 @@ class CommState:
                 task = self._keyed(plan, call, key)
             else:
                 seq = self.seq
+                if seq >= self.limit:
+                    raise self.limit_error
                 self.seq = seq + 1
                 tag = (seq % self.tag_space) * 2
                 lane = self._lane(plan, call, tag)

@@ -23,6 +23,7 @@ TAG_NOTE = 18       # the deferred mismatch check (engine/crosscheck.py)
 TAG_PROBE = 19
 TAG_ROWS = 20
 TAG_VERDICT = 21
+TAG_CLOSING = 22    # a rank closes its context: how far it got on each communicator
 
 HOST = socket.gethostname()
 PID = os.getpid()

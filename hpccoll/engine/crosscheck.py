@@ -10,8 +10,8 @@ core/mismatch.py states the guarantee and its bound).
   ``report_wait``), and sends the verdict to every member; each raises the same
   CollectiveMismatch on its pending collectives of that communicator, or on its next
   call there;
-- **close**: ``final_check`` compares every communicator's digest one last time, with
-  MPI's own nonblocking collectives (close is collective).
+- **close**: ``final_check`` compares every communicator's digest one last time, over
+  the control communicator (close is collective), once every rank got there.
 
 Only whoever holds the engine calls into this (tick, messages); the messages travel on
 the control communicator, never on a data communicator.
@@ -147,38 +147,75 @@ class CrossCheck:
         self.engine.break_comm(state, exc)
 
 
-def final_check(states, deadline: float) -> list:
-    """close(): compare every communicator's digest and last sequence number one last time
-    (MPI's own nonblocking allreduce, posted on every communicator in creation order, which
-    is the same on every rank); where they differ, exchange the rows and decide.  Returns
-    the CollectiveMismatch of each communicator whose ranks disagree."""
-    pending = []
+FIELDS = 4     # a final-check entry: communicator (its uid's hash), last sequence, digest, skip
+
+
+def final_check(ctl, states, eligible: bool, deadline: float) -> list:
+    """close(), once every rank got there (its barrier): compare every communicator's
+    digest and last sequence number one last time, over the control communicator (a
+    collective on a communicator's own data duplicate could meet one a peer left posted
+    there and never completed); where members differ, exchange their fingerprint rows and
+    decide.  ``eligible`` False (this rank abandoned collectives, or its engine broke):
+    this rank's communicators are compared by nobody.  Returns the CollectiveMismatch of
+    each communicator of this rank whose members disagree; [] where the exchange did not
+    complete by ``deadline``."""
+    mine = []
     for state in states:
         led = state.ledger
-        if led is None or state.size < 2 or state.broken is not None or led.seq <= led.agreed:
+        if led is None or state.size < 2:
             continue
-        pair = np.array((led.digest, -led.digest, led.seq, -led.seq), np.int64)
-        pending.append((state, pair, state.data.Iallreduce(MPI.IN_PLACE, pair, op=MPI.MIN)))
-    if not pending:
+        skip = state.broken is not None or not eligible
+        mine.append((_uid(state.uid), led.seq, led.digest, int(skip)))
+    table = _allgather(ctl, np.array(mine, np.int64).reshape(-1, FIELDS), deadline)
+    if table is None:
+        return []
+    entries: dict = {}
+    for rank, rows in enumerate(table):
+        for uid, seq, digest, skip in rows:
+            entries.setdefault(int(uid), []).append((int(seq), int(digest), int(skip)))
+    # the same set on every rank: it comes from the same table
+    differ = {uid for uid, got in entries.items()
+              if not any(skip for _, _, skip in got) and len({g[:2] for g in got}) > 1}
+    if not differ:
+        return []
+    ours = [st for st in states if st.ledger is not None and _uid(st.uid) in differ]
+    rows = [np.column_stack([np.full(st.ledger.window, _uid(st.uid), np.int64),
+                             st.ledger.padded(st.ledger.window)]) for st in ours]
+    width = 1 + len(mismatch.FP_FIELDS)
+    gathered = _allgather(ctl, np.concatenate(rows) if rows else np.empty((0, width), np.int64),
+                          deadline)
+    if gathered is None:
         return []
     errors = []
-    detail = []
-    for state, pair, req in pending:
-        if not _wait(req, deadline):
-            return errors
-        led = state.ledger
-        if pair[0] != led.digest or -pair[1] != led.digest or pair[2] != led.seq or -pair[3] != led.seq:
-            rows = led.padded(led.window)
-            everyone = np.empty((state.size,) + rows.shape, np.int64)
-            detail.append((state, everyone, state.data.Iallgather(rows, everyone)))
-    for state, everyone, req in detail:
-        if not _wait(req, deadline):
-            break
-        world = state.world_ranks
-        found = mismatch.verdict({world[r]: everyone[r] for r in range(state.size)})
+    for state in ours:
+        uid = _uid(state.uid)
+        found = mismatch.verdict({rank: got[got[:, 0] == uid][:, 1:]
+                                  for rank, got in enumerate(gathered)
+                                  if rank in state.world_ranks})
         if found is not None:
             errors.append(state.mismatch_error(*found))
     return errors
+
+
+def _uid(uid: str) -> int:
+    return mismatch.stable_hash(uid.encode())
+
+
+def _allgather(ctl, rows: np.ndarray, deadline: float):
+    """Every rank's ``rows`` (k x width int64, k per rank), gathered over the control
+    communicator with nonblocking collectives; None if that did not complete in time."""
+    size = ctl.Get_size()
+    counts = np.empty(size, np.int64)
+    if not _wait(ctl.Iallgather(np.array([rows.size], np.int64), counts), deadline):
+        return None
+    out = np.empty(int(counts.sum()), np.int64)
+    displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    mine = np.ascontiguousarray(rows, np.int64).reshape(-1)
+    req = ctl.Iallgatherv(mine, [out, (counts, displs), MPI.INT64_T])
+    if not _wait(req, deadline):
+        return None
+    width = rows.shape[1]
+    return [out[d:d + c].reshape(-1, width) for d, c in zip(displs, counts)]
 
 
 def _wait(req, deadline: float) -> bool:

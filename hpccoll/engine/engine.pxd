@@ -6,7 +6,7 @@ from hpccoll.engine.task cimport Task
 cdef class Engine:
     cdef public object ctx, settings, policy, control, sq, started, wake, lock, driver
     cdef public object _callbacks, _want_lock, _resume, broken, _control_tags, _park
-    cdef public object crosscheck, watchdog, trace, unclaimed, thread
+    cdef public object crosscheck, watchdog, trace, unclaimed, thread, forked
     cdef public Recorder flight
     cdef public bint early, solo, _stop, _sleeping
     cdef public long long _want, _live, passes, parks, wakeups, switches

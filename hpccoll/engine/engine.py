@@ -29,9 +29,9 @@ from collections import deque
 from threading import get_ident
 from time import monotonic
 
-from ..errors import CollectiveMismatch, CollectiveTimeout, HpcCollError
+from ..errors import CollectiveMismatch, CollectiveTimeout, ContextClosed, HpcCollError
 from . import flight, policies, progress
-from .control import HOST, PID, TAG_FAILED, TAG_REPORT, TAG_REPORT_REQ, Control
+from .control import HOST, PID, TAG_CLOSING, TAG_FAILED, TAG_REPORT, TAG_REPORT_REQ, Control
 from .crosscheck import CrossCheck
 from .flight import Recorder
 from .task import DONE, FAILED
@@ -60,6 +60,7 @@ class Engine:
         self._want_lock = threading.Lock()
         self._resume = threading.Event()
         self.broken: BaseException | None = None
+        self.forked = None                # the error of a child forked after init
         self._control_tags = self.policy.control_tags
         self._park = getattr(self.policy, "park_seconds", progress.PARK_SECONDS)
         self.policy.bind(self)
@@ -165,6 +166,8 @@ class Engine:
         right here (``spin_us`` of polls, then, where ranks outnumber cores,
         ``yield_polls`` polls with sched_yield between them); then it takes turns with
         other waiters and the progress thread, sleeping between fruitless passes."""
+        if self.forked is not None:
+            raise self.forked
         me = get_ident()
         if self.driver == me:
             raise HpcCollError(
@@ -341,6 +344,8 @@ class Engine:
 
     def poke(self, task=None) -> None:
         """Work.test(): one pass if nobody else is driving."""
+        if self.forked is not None:
+            raise self.forked
         if self.lock.acquire(False):
             self.driver = get_ident()
             try:
@@ -486,6 +491,29 @@ class Engine:
         if state.broken is None:
             self.break_comm(state, self.failure_notice(state, payload))
 
+    def _on_closing(self, src: int, counts: dict) -> None:
+        """Rank ``src`` closed its context, having issued ``counts[uid]`` order-matched
+        collectives on each communicator: one of this rank's beyond that on a communicator
+        of ``src``'s will never be matched.  It fails now (the communicator is unusable:
+        what it posted stays unmatched there), and so does issuing one later."""
+        self.take_started()
+        for state in self.ctx._states():
+            count = counts.get(state.uid)
+            if count is None or src not in state.world_ranks:
+                continue
+            err = ContextClosed(
+                f"rank {src} closed its hpccoll context after {count} collective(s) on "
+                f"communicator {state.name!r}: collective #{count} and later ones there "
+                "would never complete")
+            state.closed_at(count, err)
+            late = [t for t in self.live() + list(self.sq)
+                    if t.comm is state and t.key is None and t.seq >= count and not t.retired]
+            if late and state.broken is None:
+                state.stop(err)
+            for t in late:
+                t.fail(err)
+                self.complete(t)
+
     @staticmethod
     def failure_notice(state, payload) -> HpcCollError:
         """The error a peer's failure notice (TAG_FAILED) makes of communicator ``state``."""
@@ -551,6 +579,8 @@ class Engine:
                 self.watchdog.on_report(src, obj)
             elif tag == TAG_FAILED:
                 self._on_failed_notice(obj)
+            elif tag == TAG_CLOSING:
+                self._on_closing(src, obj)
             elif tag in self.crosscheck.tags:
                 self.crosscheck.on_message(src, tag, obj)
             elif tag in self._control_tags:

@@ -157,3 +157,61 @@ def test_running_out_of_communicators_is_a_clear_error_and_leaves_nothing_behind
         for c in comms[:-2] + again:
             c.free()
         assert ctx.world.allreduce(np.ones(1)).wait().tolist() == [ctx.size]
+
+
+@pytest.mark.parametrize("nbytes", [8, 280_000])
+@pytest.mark.parametrize("late", [False, True])
+def test_a_collective_a_closed_peer_never_joins_fails_on_every_other_rank(nbytes, late):
+    """Rank 0 closes while the others issue one more collective (before its closing notice
+    arrives, or after): theirs raises ContextClosed naming rank 0 at once, so do later
+    ones, and every close() returns without a mismatch report.  (The collective returned
+    garbage: the final mismatch comparison posted on the data communicator and matched it.)"""
+    if MPI.COMM_WORLD.size < 2:
+        pytest.skip("needs a peer that closes")
+    n = nbytes // 4
+    with hpccoll.init(timeout=30, close_timeout=20) as ctx:
+        comm = ctx.world.dup()
+        for _ in range(3):
+            np.testing.assert_array_equal(comm.allreduce(np.ones(n, np.float32)).wait(),
+                                          np.full(n, ctx.size, np.float32))
+        if ctx.rank == 0:
+            if not late:
+                time.sleep(0.2)       # the others' collective is posted, and waits
+            ctx.close()
+            return
+        if late:
+            time.sleep(0.2)           # rank 0's notice is here before the collective
+        t = time.monotonic()
+        with pytest.raises(hpccoll.ContextClosed, match="rank 0 closed"):
+            comm.allreduce(np.ones(n, np.float32)).wait(timeout=20)
+        assert time.monotonic() - t < 10
+        with pytest.raises(hpccoll.ContextClosed):
+            comm.allreduce(np.ones(n, np.float32)).wait(timeout=20)
+
+
+def test_a_child_forked_after_init_gets_an_error_before_anything_is_sent():
+    """A child forked after init shares its parent's MPI connections: its collective would
+    be matched by the parent's peers (their next allreduce returned 1005 instead of 6).
+    It raises HpcCollError naming the fork; the parents' next collective is right."""
+    import os
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    with hpccoll.init(timeout=30) as ctx:
+        np.testing.assert_array_equal(ctx.world.allreduce(np.ones(3)).wait(), ctx.size)
+        pid = os.fork()
+        if pid == 0:                  # the child: never returns into pytest
+            code = 3
+            try:
+                try:
+                    ctx.world.allreduce(np.full(3, 1000.0)).wait(timeout=5)
+                    code = 2
+                except hpccoll.HpcCollError as e:
+                    code = 0 if "forked" in str(e) else 4
+                ctx.close()           # a no-op in the child
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        for _ in range(3):
+            np.testing.assert_array_equal(ctx.world.allreduce(np.ones(3)).wait(timeout=20),
+                                          np.full(3, ctx.size))
