@@ -16,7 +16,9 @@ one hpccoll context (COMM_SELF and COMM_WORLD by one adapter each, a test's Dup 
 over it, which the test's tearDown frees).  It prints the tests run, failures, errors and
 skips summed over ranks, and how many calls ran natively and how many were forwarded
 (``comm.stats``); exit status 1 on any failure or error on any rank, or when no call ran
-natively (the substitution did not happen).
+natively (the substitution did not happen).  The first failure or error on any rank is
+printed at once, naming the rank, and ends the job (MPI_Abort): the other ranks would go on
+into collectives that rank left behind and wait there.
 """
 from __future__ import annotations
 
@@ -149,6 +151,33 @@ class Substitution:
         return total
 
 
+class StopAtFirst(unittest.TextTestResult):
+    """Prints a failure or error the moment it happens, naming the rank, then aborts the
+    job: mpi4py's tests are collective, so a test that failed on one rank leaves the others
+    in its collectives (they would wait until MPIEXEC_TIMEOUT, and say nothing of why)."""
+
+    def _stop(self, test, err, what: str) -> None:
+        from mpi4py import MPI
+        rank = MPI.COMM_WORLD.Get_rank()
+        sys.stderr.write(f"---- rank {rank}: {what} in {test.id()}\n"
+                         f"{self._exc_info_to_string(err, test)}\n")
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self._stop(test, err, "FAIL")
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self._stop(test, err, "ERROR")
+
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            self._stop(subtest, err, "FAIL")
+
+
 def _cases(suite):
     for t in suite:
         if isinstance(t, unittest.TestSuite):
@@ -182,7 +211,8 @@ def run() -> int:
         sub.install(type(case))
 
     out = sys.stdout if rank == 0 else io.StringIO()
-    result = unittest.TextTestRunner(stream=out, verbosity=0).run(suite)
+    result = unittest.TextTestRunner(stream=out, verbosity=0,
+                                     resultclass=StopAtFirst).run(suite)
     mine = (result.testsRun, len(result.failures), len(result.errors), len(result.skipped),
             len(result.unexpectedSuccesses))
     calls = sub.stats()
