@@ -65,10 +65,13 @@ def mpi_failure(what: str, exc: BaseException, live: int) -> HpcCollError:
 class CollectiveMismatch(HpcCollError):
     """Ranks disagree on the collective type, dtype, count, root or reduction op of one collective."""
 
-    def __init__(self, message: str, ranks=(), fields=None):
+    def __init__(self, message: str, ranks=(), fields=None, local: bool = False):
         super().__init__(message)
         self.ranks = tuple(ranks)
         self.fields = dict(fields or {})
+        # found by this rank alone (a message longer than it expects): the other members
+        # hear it from this rank and raise it too
+        self.local = local
 
 
 class RankFailed(HpcCollError):

@@ -424,13 +424,15 @@ class Engine:
         """A finished task leaves (the driver's lock is held); a failure only this rank
         knows breaks the communicator here and is told to its other members."""
         if task.state is FAILED and task.comm.broken is None:
-            if not isinstance(task.error, (CollectiveMismatch, CollectiveTimeout)):
+            err = task.error
+            if not (isinstance(err, CollectiveTimeout)
+                    or isinstance(err, CollectiveMismatch) and not err.local):
                 # every member saw the mismatch or will time out itself; a local failure
-                # (an MPI error, a kernel error) only this rank knows: tell the others
-                me = self.control.rank
-                text = str(task.error)
-                payload = (task.comm.uid, task.ident, me, f"{type(task.error).__name__}: "
-                           f"{text.splitlines()[0] if text else ''}")
+                # (an MPI error, a kernel error, a truncated message) only this rank
+                # knows: tell the others
+                text = str(err)
+                payload = (task.comm.uid, task.ident, self.control.rank,
+                           text.splitlines()[0] if text else "", type(err).__name__)
                 self.control.broadcast(payload, task.comm.world_ranks, TAG_FAILED)
             self.break_comm(task.comm, task.error)
         self.complete(task)
@@ -489,7 +491,10 @@ class Engine:
             if state is None or self.unclaimed.pop(uid, None) is None:
                 return
         if state.broken is None:
-            self.break_comm(state, self.failure_notice(state, payload))
+            exc = self.failure_notice(state, payload)
+            if isinstance(exc, CollectiveMismatch) and not self.pending_on(state):
+                state.unreported = exc     # nothing pending carries it: the next call does
+            self.break_comm(state, exc)
 
     def _on_closing(self, src: int, counts: dict) -> None:
         """Rank ``src`` closed its context, having issued ``counts[uid]`` order-matched
@@ -516,10 +521,14 @@ class Engine:
 
     @staticmethod
     def failure_notice(state, payload) -> HpcCollError:
-        """The error a peer's failure notice (TAG_FAILED) makes of communicator ``state``."""
-        _, ident, rank, text = payload
-        return HpcCollError(f"collective {ident} failed on rank {rank} ({text}); communicator "
-                            f"{state.name!r} is unusable")
+        """The error a peer's failure notice (TAG_FAILED) makes of communicator ``state``:
+        the same CollectiveMismatch where the peer found the ranks disagree."""
+        _, ident, rank, text, kind = payload
+        if kind == "CollectiveMismatch":
+            return CollectiveMismatch(f"{text} (found by rank {rank}; communicator "
+                                      f"{state.name!r} is unusable)", ranks=(rank,))
+        return HpcCollError(f"collective {ident} failed on rank {rank} ({kind}: {text}); "
+                            f"communicator {state.name!r} is unusable")
 
     # -- what is pending ---------------------------------------------------------------------
     def idle(self) -> bool:

@@ -217,7 +217,8 @@ class Task(Work):
         error = CollectiveMismatch(
             f"collective {self.ident} on communicator {self.comm.name!r}: a message from "
             f"{source} was longer than this rank expects; ranks disagree on the count "
-            f"or dtype (this rank: {self.describe()}; MPI: {exc})", ranks=tuple(peers))
+            f"or dtype (this rank: {self.describe()}; MPI: {exc})", ranks=tuple(peers),
+            local=True)
         # the check, or a probe of the communicator's ledger, may still say who differs
         # and how; until then the task is doomed
         self.doomed = (monotonic() + TRUNCATE_GRACE, error)

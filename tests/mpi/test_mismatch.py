@@ -108,3 +108,41 @@ def test_a_mismatch_writes_each_ranks_flight_record(tmp_path_factory, mpi_world)
     text = "\n".join(summary(run))
     assert "flight record: mismatch detected on rank" in text
     assert "allreduce m#1 int32 x4" in text and "(pending)" in text
+
+
+@pytest.mark.parametrize("mode", ["deferred", "every", "off"])
+def test_a_truncated_message_raises_on_every_rank(mode):
+    """Alltoallv where rank 0 sends rank 1 one element more than rank 1 expects: only
+    rank 1's MPI sees it (a truncated receive).  Rank 1 raises CollectiveMismatch naming
+    rank 0 and tells the others: they raise it in the Alltoallv if it is still pending
+    there, else at their next call on that communicator (their call returned and the next
+    one waited forever, in every mode)."""
+    import hpccoll.mpi
+    from mpi4py import MPI
+    comm = hpccoll.mpi.Comm(MPI.COMM_WORLD, timeout=30, check_mismatch=mode)
+    try:
+        c = comm.Dup()
+        n, r = c.size, c.rank
+        scounts = [2] * n
+        if r == 0:
+            scounts[1] = 3
+        sdispl = [sum(scounts[:i]) for i in range(n)]
+        sbuf = np.arange(sum(scounts), dtype=np.float64)
+        rbuf = np.zeros(2 * n)
+        spec = [rbuf, ([2] * n, [2 * i for i in range(n)]), MPI.DOUBLE]
+        if r == 1:
+            with pytest.raises(CollectiveMismatch, match=r"rank\(s\) \[0") as got:
+                c.Alltoallv([sbuf, (scounts, sdispl), MPI.DOUBLE], spec)
+            assert 0 in got.value.ranks
+            with pytest.raises(ContextClosed):
+                c.Allreduce(np.ones(1), np.zeros(1))
+        else:       # at the Alltoallv where it was still pending when rank 1 told, or next
+            with pytest.raises(CollectiveMismatch, match="found by rank 1"):
+                c.Alltoallv([sbuf, (scounts, sdispl), MPI.DOUBLE], spec)
+                c.Allreduce(np.ones(1), np.zeros(1))
+        c.Free()
+        out = np.zeros(1)                        # the other communicators are untouched
+        comm.Allreduce(np.ones(1), out)
+        assert out[0] == n
+    finally:
+        comm.context.close()
