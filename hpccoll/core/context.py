@@ -54,14 +54,16 @@ def _all_here(base, timeout: Optional[float]) -> None:
     """Init's MPI calls (Comm_dup, Comm_split_type, ...) block until every rank of
     ``base`` calls init, and no timeout reaches into them: with a timeout set, a polled
     Ibarrier comes first, and a rank that never calls init ends in CollectiveTimeout.
-    (There is no engine yet to ask the others what they do instead.)"""
+    (There is no engine yet to ask the others what they do instead.)  Every rank posts it,
+    whatever its timeout: the timeout is a setting, which may differ between ranks or be
+    invalid on one (init then raises on every rank, in Context._agree)."""
     size = base.Get_size()
-    if size < 2 or not timeout:
+    if size < 2:
         return
     req = base.Ibarrier()
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout if timeout else None
     while not req.Test():
-        if time.monotonic() > deadline:
+        if deadline is not None and time.monotonic() > deadline:
             raise CollectiveTimeout(
                 f"hpccoll.init (rank {base.Get_rank()} of {size}): not every rank of the "
                 f"communicator called init within the timeout ({timeout:g} s): a rank that "
@@ -98,6 +100,7 @@ class Context:
         self._node_index: dict = {}
         self._epoch = time.time() - time.monotonic()   # monotonic -> wall clock, for traces
         self._comms: list = []
+        self._wraps = 0                # wrap(): the next identity number (never reused)
         self._by_uid: dict = {}
         self.persistent_ok = transport.persistent_collectives()
         self._ctl = base.Dup()
@@ -223,8 +226,14 @@ class Context:
         self._check_open()
         if mpi_comm == self._MPI.COMM_NULL:
             return Communicator(self, mpi_comm, name or "null", "null")
-        n = len(self._comms)
-        return Communicator(self, mpi_comm.Dup(), name or f"wrapped{n}", f"x{n}:{name}")
+        dup = mpi_comm.Dup()
+        # an identity every member agrees on and this rank never gives again (it keys
+        # control messages: a peer's failure notice, a mismatch probe, a closing count, which
+        # may arrive after the communicator it meant was freed); the number of
+        # communicators alive here repeated after each free, and differs between ranks
+        n = dup.allreduce(self._wraps, op=self._MPI.MAX)
+        self._wraps = n + 1
+        return Communicator(self, dup, name or f"wrapped{n}", f"x{n}:{name}")
 
     def stats(self) -> dict:
         """Engine counters: passes, parks, wakeups, context switches, policy."""
