@@ -82,7 +82,29 @@ class Setting:
             return self.parse(text)
         if self.type is bool:
             return _parse_bool(text)
+        if self.type is int:
+            try:
+                return int(text)
+            except ValueError:
+                value = float(text)      # 1e6; inf and 1.5 are refused by check()
+                return int(value) if value.is_integer() else value
         return self.type(text)
+
+    def expected(self) -> str:
+        """What a value must be, in words (for errors)."""
+        if self.type is bool:
+            return "a bool (1/0, true/false, yes/no, on/off)"
+        if self.type in (int, float):
+            kind = "an integer" if self.type is int else "a number"
+            lo, hi = self.minimum, self.maximum
+            lo, hi = (None if b is None else int(b) if float(b).is_integer() else b
+                      for b in (lo, hi))
+            bounds = (f" from {lo} to {hi}" if lo is not None and hi is not None else
+                      f" >= {lo}" if lo is not None else f" <= {hi}" if hi is not None else "")
+            return kind + bounds + (" or none" if self.allow_none else "")
+        if self.choices:
+            return "one of " + ", ".join(map(repr, self.choices))
+        return self.type.__name__
 
     def check(self, value: Any, where: str) -> Any:
         if value is None and self.allow_none:
@@ -100,6 +122,8 @@ class Setting:
                 raise ArgumentError(f"{where}: expected a number, got nan")
             if math.isinf(value) and (self.type is int or self.maximum is not None):
                 raise ArgumentError(f"{where}: expected a finite number, got {value!r}")
+            if self.type is int and isinstance(value, float) and not value.is_integer():
+                raise ArgumentError(f"{where}: expected {self.expected()}, got {value!r}")
             value = self.type(value)
             if self.minimum is not None and value < self.minimum:
                 raise ArgumentError(f"{where}: expected a value >= {self.minimum}, got {value!r}")
@@ -427,8 +451,9 @@ def resolve(overrides: Optional[dict] = None, environ: Optional[dict] = None) ->
         elif s.env in environ:
             try:
                 raw = s.from_text(environ[s.env])
-            except (ValueError, OverflowError) as exc:
-                raise ArgumentError(f"environment variable {s.env}: {exc}") from None
+            except (ValueError, OverflowError, TypeError) as exc:
+                raise ArgumentError(f"environment variable {s.env}: expected {s.expected()}, "
+                                    f"got {environ[s.env]!r}") from exc
             values[s.name] = s.check(raw, f"environment variable {s.env}")
             sources[s.name] = "environment"
         else:
