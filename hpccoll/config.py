@@ -251,6 +251,11 @@ SETTINGS: tuple[Setting, ...] = (
             "(one file in /dev/shm per communicator and node) for allreduce, reduce_scatter "
             "and allgather.",
             public=True, agree=True),
+    Setting("shm_dir", str, "",
+            "Directory of the node-shared files (empty: /dev/shm where Linux has it, else "
+            "the temporary directory).  Each file's space is reserved when its communicator "
+            "is made; where the directory cannot hold it, that communicator exchanges through "
+            "MPI only (with a warning) instead of failing later."),
     Setting("cma", bool, True,
             "Let ranks of one node read each other's ordinary buffers in place, one copy made "
             "by the kernel (Linux Cross Memory Attach, process_vm_readv, as MPICH does), for "

@@ -21,7 +21,7 @@ from ..engine.control import TAG_CLOSING
 from ..engine.crosscheck import final_check
 from ..engine.engine import Engine
 from ..errors import (ArgumentError, ArgumentTypeError, CollectiveTimeout, ContextClosed,
-                      HpcCollError)
+                      HpcCollError, ResourcesExhausted)
 from ..transport import mpi as transport
 from ..transport import shm
 from . import calibrate
@@ -267,10 +267,20 @@ class Context:
             raise ArgumentTypeError(f"dtype: {dt} is not supported; expected one of "
                                     f"{', '.join(DTYPES)}")
         nbytes = int(n) * dt.itemsize
-        sizes = self._ctl.allgather(nbytes)
+        # MPI maps the window from /dev/shm and touches its pages only when the program
+        # does: where they cannot be had then, a SIGBUS.  Probed first, on every node
+        short = shm.room(nbytes * self._node.Get_size(), shm.shm_dir())
+        got = self._ctl.allgather((nbytes, short))
+        sizes = [b for b, _ in got]
         if len(set(sizes)) != 1:
             raise ArgumentError(f"n: registered buffers are symmetric: every rank must allocate "
                                 f"the same size; got {sorted(set(sizes))} bytes on different ranks")
+        short = [(r, why) for r, (_, why) in enumerate(got) if why]
+        if short:
+            raise ResourcesExhausted(
+                f"n: {n} x {dt} ({nbytes} bytes per rank) of node-shared memory cannot be "
+                f"had on the node of rank {short[0][0]}: {short[0][1]}; ask for less, or "
+                "give the container more /dev/shm (docker --shm-size)")
         try:
             shm.headroom(self._node)
             alloc = shm.Registered(len(self._allocs) + 1, self._node, nbytes)

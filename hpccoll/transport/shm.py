@@ -25,10 +25,12 @@ array is at the same offset of its own segment.
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import secrets
 import tempfile
+import warnings
 import weakref
 from typing import Optional
 
@@ -154,27 +156,52 @@ def layout(rank: int, world_ranks, node_of) -> tuple:
     return local, cross
 
 
-def shm_dir() -> str:
-    """Where node-shared files go: tmpfs where Linux has it, else the temporary directory."""
+def shm_dir(setting: str = "") -> str:
+    """Where node-shared files go: the shm_dir setting, else tmpfs where Linux has it,
+    else the temporary directory."""
+    if setting:
+        return setting
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
-def _new_file(nbytes: int) -> tuple:
-    """A new, private, zero-filled file of ``nbytes`` (sparse: pages come when touched)."""
+# what a file system that cannot hold a file says (tmpfs full or too small, a quota, a
+# file-size limit): the communicator goes without node-shared memory instead
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENOMEM)
+
+
+def _new_file(nbytes: int, where: str) -> tuple:
+    """A new, private, zero-filled file of ``nbytes`` whose pages are reserved now: a page
+    of a sparse tmpfs file that cannot be had when first touched is a SIGBUS, which no
+    rank can catch or tell the others about."""
     for _ in range(8):
-        path = os.path.join(shm_dir(), f"hpccoll-{os.getpid()}-{secrets.token_hex(6)}")
+        path = os.path.join(where, f"hpccoll-{os.getpid()}-{secrets.token_hex(6)}")
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             continue
         try:
             os.ftruncate(fd, nbytes)
+            if nbytes and hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, nbytes)
         except OSError:
             os.close(fd)
             os.unlink(path)
             raise
         return path, fd
-    raise OSError(f"no free file name in {shm_dir()}")
+    raise OSError(f"no free file name in {where}")
+
+
+def room(nbytes: int, where: str) -> Optional[str]:
+    """Why ``where`` cannot hold ``nbytes`` more now, or None (a probe, for memory that
+    MPI maps itself)."""
+    try:
+        st = os.statvfs(where)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= nbytes:
+        return None
+    return f"{where} has {free} bytes free, {nbytes} are needed"
 
 
 def create(comm, world_ranks, node_of, settings, fence_of) -> Optional[dict]:
@@ -197,16 +224,34 @@ def create(comm, world_ranks, node_of, settings, fence_of) -> Optional[dict]:
     me = local.index(rank)
     nbytes = segment_bytes(settings.shm_slot_bytes, settings.shm_slots) * len(local)
     path = fd = error = area = None
+    full = False
+    where = shm_dir(settings.shm_dir)
     if me == 0:
         try:
-            path, fd = _new_file(nbytes)
+            path, fd = _new_file(nbytes, where)
         except OSError as exc:
-            error = f"{shm_dir()}: {exc.strerror or exc}"
+            error = f"{where}: {exc.strerror or exc}"
+            full = exc.errno in NO_SPACE
     # (each rank's probe bytes ride along: transport/cma.py)
     if settings.cma:
         cma.allow_peers()
-    made = comm.allgather((path, error, cma.token()))
-    errors = [e for _, e, _ in made if e]
+    made = comm.allgather((path, (error, full), cma.token()))
+    short = [e for _, (e, f), _ in made if f]
+    if short:
+        # some node cannot hold its file: every rank of the communicator goes without
+        # (the same decision everywhere: the allgather above), and every rank warns, so
+        # that a filter turning warnings into errors raises on every rank alike
+        if fd is not None:
+            os.close(fd)
+            os.unlink(path)
+        warnings.warn(
+            f"hpccoll: communicator of {comm.Get_size()} ranks: no node-shared memory "
+            f"({short[0]}; {nbytes} bytes per node: shm_slots x shm_slot_bytes per rank); "
+            "it exchanges through MPI only.  Give the container more /dev/shm "
+            "(docker --shm-size), lower shm_slot_bytes, or set shm_dir",
+            RuntimeWarning, stacklevel=2)
+        return None
+    errors = [e for _, (e, _), _ in made if e]
     readable = False
     if not errors:
         try:
