@@ -59,7 +59,11 @@ def _measuring(prog: str, out: str, timeout, body, finish) -> int:
             sync.Free()
         held["ctx"].close()
         if world.rank == 0:
-            finish(*result)
+            try:
+                finish(*result)
+            except h5log.WriteFailed as exc:  # its message says why and where the data is
+                print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+                return 1
         return 0
     except BaseException as exc:
         from ..jobs import abort_job
@@ -183,7 +187,11 @@ def cmd_simulate(args) -> int:
     res = report.run(models, speeds, net, dev)
     print(report.table(res))
     if args.out:
-        path = report.save(res, args.out, environment())
+        try:
+            path = report.save(res, args.out, environment())
+        except h5log.WriteFailed as exc:
+            print(f"hpccoll-tune simulate: error: {exc}", file=sys.stderr)
+            return 1
         print(f"results written to {path}")
     if args.png:
         report.plot(res, args.png)

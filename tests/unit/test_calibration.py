@@ -201,3 +201,33 @@ def test_calibrate_rejects_bad_arguments_before_measuring(tmp_path):
     assert proc.returncode == 2
     assert "--collectives: expected names from allreduce" in proc.stderr
     assert not (tmp_path / "c.h5").exists()
+
+
+def test_a_calibration_past_the_file_size_limit_is_a_message_and_exit_1(tmp_path):
+    """hpccoll-tune calibrate --out onto a file its record would take past ``ulimit -f``:
+    one error line naming the limit and where the run is kept, exit status 1, no traceback
+    or signal, the old file unchanged (issue 32, finding 7)."""
+    import resource
+
+    import numpy as np
+    out = tmp_path / "c.h5"
+    h5log.write_record(out, "test", "pad", arrays={"pad": np.zeros((6 << 20) // 8)})
+    before = out.read_bytes()
+    limit = (len(before) // 1024 + 2) * 1024
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    proc = subprocess.run(
+        launch.mpiexec_args(2) + [sys.executable, "-m", "hpccoll.tuning.cli", "calibrate",
+                                  "--sizes", "8", "--rounds", "1", "--round-ms", "1",
+                                  "--collectives", "allreduce", "--buffers", "host",
+                                  "--out", str(out)],
+        capture_output=True, text=True, timeout=150, preexec_fn=limited,
+        env=dict(os.environ, MPIEXEC_TIMEOUT="120"))
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text
+    assert "hpccoll-tune calibrate: error: the run 'calibration' could not be added" in proc.stderr
+    assert "file-size limit" in proc.stderr and "the run is kept in" in proc.stderr
+    for sign in ("Traceback", "BAD TERMINATION", "MPI_Abort", "core dumped"):
+        assert sign not in text, text
+    assert out.read_bytes() == before
