@@ -363,7 +363,11 @@ SETTINGS: tuple[Setting, ...] = (
             "to another process (sched_yield) before it starts to sleep.  Left at its default, it "
             "is 1000 on a node whose ranks outnumber the CPUs they may run on: there the peer "
             "a wait needs is usually ready to run on this CPU, and a yield runs it at once where "
-            "a sleep leaves the CPU until the timer fires.", minimum=0,
+            "a sleep leaves the CPU until the timer fires.  With spin_polls, spin_us and "
+            "yield_polls all left at their defaults, waiting also follows the machine's load: "
+            "while it has more runnable threads than CPUs (another job's process beside this "
+            "one), a waiter does not spin but yields, as on such a node (looked at every 10 ms "
+            "at most, in waits that their first polls did not end).", minimum=0,
             maximum=1 << 30),
     Setting("poll_sleep_us", float, 100.0,
             "Longest sleep in microseconds between polls while collectives are pending (the sleep "

@@ -10,8 +10,10 @@ cdef class Engine:
     cdef public Recorder flight
     cdef public bint early, solo, _stop, _sleeping
     cdef public long long _want, _live, passes, parks, wakeups, switches
-    cdef public long long _spin_polls, _yield_polls
-    cdef public double last_progress, app_active, _served, _spin_s
+    cdef public long long _spin_polls, _yield_polls, spin_polls, yield_polls
+    cdef public double last_progress, app_active, _served, _spin_s, spin_us, _crowd_at
+    cdef public bint _adapt, crowded
+    cdef public object _calm
 
     cpdef issue(self, Task task, bint inline=*)
     cpdef _admit(self, Task task, bint started)

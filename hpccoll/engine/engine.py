@@ -83,10 +83,16 @@ class Engine:
         self.passes = self.parks = self.wakeups = 0
         self.switches = 0
         # the waiter's spin (settings read once: attributes of a plain object per poll
-        # would cost more than a poll)
-        self._spin_polls = settings.spin_polls or 1
-        self._spin_s = settings.spin_us * 1e-6
-        self._yield_polls = settings.yield_polls
+        # would cost more than a poll), and whether it follows the machine's load: left
+        # at their defaults, a waiter on a crowded machine (more runnable threads than
+        # CPUs: another job's process beside this one) does not spin but yields, as on a
+        # node whose ranks outnumber its cores (progress.crowded)
+        self._calm = (settings.spin_polls, settings.spin_us, settings.yield_polls)
+        self._adapt = all(settings.sources.get(n) == "default"
+                          for n in ("spin_polls", "spin_us", "yield_polls"))
+        self._crowd_at = -1.0
+        self.crowded = False
+        self._waiting(*self._calm)
         self.thread = threading.Thread(target=progress.run, args=(self,), daemon=True,
                                        name=f"hpccoll-engine-r{self.control.rank}")
         self.thread.start()
@@ -221,6 +227,8 @@ class Engine:
                     return
             now = monotonic()
             if end is None:
+                if self._adapt and now - self._crowd_at > progress.CROWD_EVERY_S:
+                    self._look_around(now)
                 end = now + self._spin_s
                 if deadline is not None and deadline < end:
                     end = deadline
@@ -237,6 +245,24 @@ class Engine:
                     idle += 1
                 if task._done or self._callbacks:
                     return
+
+    def _waiting(self, spin_polls: int, spin_us: float, yield_polls: int) -> None:
+        self.spin_polls, self.spin_us, self.yield_polls = spin_polls, spin_us, yield_polls
+        self._spin_polls = spin_polls or 1
+        self._spin_s = spin_us * 1e-6
+        self._yield_polls = yield_polls
+
+    def _look_around(self, now: float) -> None:
+        """Every CROWD_EVERY_S at most, in a wait that its first polls did not end: spin
+        while the machine has a CPU for every runnable thread, yield while it has not.
+        (Spinning beside another process, the peer this rank waits for sits in the run
+        queue until a time slice ends: 1 MiB allreduces at 0.24x MPI with one CPU-bound
+        process on a 2-core machine, 1.4x when yielding.)"""
+        self._crowd_at = now
+        crowded = progress.crowded()
+        if crowded != self.crowded:
+            self.crowded = crowded
+            self._waiting(*(progress.CROWDED if crowded else self._calm))
 
     def _quick(self, task, polls: int) -> bool:
         """Up to ``polls`` tests of what ``task``'s lane waits on, where the task is alone
@@ -325,8 +351,8 @@ class Engine:
                             continue
                         if deadline is not None and monotonic() > deadline:
                             return
-                        if (old_slack is None and idle > self.settings.spin_polls
-                                + self.settings.yield_polls):
+                        if (old_slack is None and idle > self.spin_polls
+                                + self.yield_polls):
                             old_slack = progress.fine_slack()   # about to sleep
                         progress.backoff(self, idle, waited=monotonic() - began,
                                          mpi=not task.lane.needs_slot)

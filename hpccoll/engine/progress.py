@@ -64,6 +64,24 @@ def restore_slack(old) -> None:
         _SET_SLACK(old)
 
 
+# a crowded machine's waiting (Engine._look_around): no spin, 1,000 yields, then sleep,
+# as on a node whose ranks outnumber its cores (core/context.py); looked at again at most
+# this often, in waits that their first polls did not end
+CROWDED = (0, 0.0, 1000)
+CROWD_EVERY_S = 0.01
+
+
+def crowded() -> bool:
+    """Whether the machine has more runnable threads than CPUs right now (the kernel's
+    count in /proc/loadavg: this thread included).  False where it cannot be read."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            running = int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return running > (os.cpu_count() or 1)
+
+
 def backoff(engine, idle: int, event: threading.Event | None = None,
             waited: float = 1.0, mpi: bool = False) -> None:
     """After ``spin_polls`` fruitless passes, sleep (GIL released) for a time that grows
@@ -77,7 +95,7 @@ def backoff(engine, idle: int, event: threading.Event | None = None,
     ``event``) first hands its CPU to another process ``yield_polls`` times: on an
     oversubscribed node that is usually the peer it waits for (the daemon never yields:
     nobody waits for it, and it would take the CPU from the application)."""
-    s = engine.settings
+    s = engine          # (its spin_polls, spin_us, yield_polls follow the load)
     if idle <= s.spin_polls or (event is None and s.spin_us and (
             mpi or waited * 1e6 < s.spin_us)):
         return
@@ -90,7 +108,7 @@ def backoff(engine, idle: int, event: threading.Event | None = None,
             _YIELD()
             return
         idle -= s.yield_polls
-    delay = min(s.poll_sleep_us, 2.0 ** min(idle, 20)) * 1e-6
+    delay = min(engine.settings.poll_sleep_us, 2.0 ** min(idle, 20)) * 1e-6
     if event is None:
         time.sleep(min(delay, waited * 0.125))
     else:
