@@ -23,7 +23,7 @@ cdef class Engine:
     cpdef bint _quick(self, Task task, long long polls) except -1
     cpdef bint _step(self, Task task, long long idle) except -1
     cpdef bint _alone(self, Task task) except -1
-    cpdef bint _pass(self, before=*) except -1
+    cpdef bint _pass(self, before=*, bint quiet=*) except -1
     cpdef bint poll_each(self, tasks) except -1
     cpdef retire(self, Task task)
     cpdef complete(self, Task task)

@@ -302,7 +302,7 @@ class Engine:
             if task.finished:
                 self.retire(task)
             return progressed
-        return self._pass()
+        return self._pass(None, idle % CTL_EVERY != CTL_EVERY - 1)
 
     def _alone(self, task) -> bool:
         """The waited task is the only thing the engine has to do: nothing queued or
@@ -313,8 +313,7 @@ class Engine:
             return False
         if task.admitted:
             return self._live == 1 and not self.started
-        return (self._live == 0 and task.fault is None and len(self.started) == 1
-                and task in self.started)
+        return self._live == 0 and task.fault is None and task in self.started
 
     def _drive(self, task, deadline) -> None:
         """wait() once the first spin did not finish ``task``: take turns at the lock
@@ -386,10 +385,13 @@ class Engine:
             self.run_callbacks()
 
     # -- one pass over everything ---------------------------------------------------------
-    def _pass(self, before: float | None = None) -> bool:
+    def _pass(self, before: float | None = None, quiet: bool = False) -> bool:
         """One pass: everything started at issue (``before``: issued before that time)
         and queued joins the policy, the policy steps, the control plane and the watchdog
-        are served.  True if anything progressed."""
+        are served.  True if anything progressed.  ``quiet``: a waiter's pass, which
+        serves the control plane every CTL_EVERY-th pass only, not after each fruitless
+        one (a probe of the control communicator costs several polls of a program, and a
+        waiter's passes are mostly fruitless until its peer's data is there)."""
         progressed = False
         if self.started:
             self.take_started(before)
@@ -407,7 +409,8 @@ class Engine:
                 progressed = True
                 self.last_progress = monotonic()
         self.passes += 1
-        if not progressed or self._control_tags or self.passes % CTL_EVERY == 0:
+        if (not progressed and not quiet) or self._control_tags \
+                or self.passes % CTL_EVERY == 0:
             self._served = monotonic()
             self._serve_control()
             self.crosscheck.tick()

@@ -231,8 +231,9 @@ def test_waiters_yield_before_they_sleep_and_the_daemon_never_yields(monkeypatch
     monkeypatch.setattr(en.time, "sleep", lambda d: calls.append(("sleep", round(d * 1e6))))
     monkeypatch.setattr(en, "sleep", lambda engine, event, d: calls.append(("wake",
                                                                             round(d * 1e6))))
-    fake = SimpleNamespace(settings=SimpleNamespace(spin_polls=2, yield_polls=3,
-                                                    poll_sleep_us=4.0, spin_us=50.0),
+    # (the engine's own spin_polls, yield_polls, spin_us: they follow the machine's load)
+    fake = SimpleNamespace(spin_polls=2, yield_polls=3, spin_us=50.0,
+                           settings=SimpleNamespace(poll_sleep_us=4.0),
                            policy=SimpleNamespace(hot=False))
     for idle in range(1, 9):
         en.backoff(fake, idle, waited=49e-6)
@@ -246,7 +247,7 @@ def test_waiters_yield_before_they_sleep_and_the_daemon_never_yields(monkeypatch
     calls.clear()
     en.backoff(fake, 8, waited=1.0, mpi=True)
     assert calls == []                       # a collective MPI runs: spin the whole wait
-    fake.settings.spin_us = 0.0
+    fake.spin_us = 0.0
     en.backoff(fake, 8, waited=16e-6)
     assert calls == [("sleep", 2)]          # an eighth of what it waited
     calls.clear()
