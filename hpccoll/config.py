@@ -248,8 +248,9 @@ SETTINGS: tuple[Setting, ...] = (
             public=True),
     Setting("shm", bool, True,
             "Let ranks of a communicator that share a node exchange through node-shared memory "
-            "(one file in /dev/shm per communicator and node) for allreduce, reduce_scatter "
-            "and allgather.",
+            "(one file in /dev/shm per communicator and node, its space reserved when the "
+            "communicator is made: where /dev/shm cannot hold it, that communicator runs on "
+            "MPI, with a warning) for allreduce, reduce_scatter and allgather.",
             public=True, agree=True),
     Setting("shm_dir", str, "",
             "Directory of the node-shared files (empty: /dev/shm where Linux has it, else "
