@@ -16,7 +16,7 @@ from ..algorithms import calibration
 from ..base.ops import DTYPE_CODE, DTYPES
 from .. import config
 from ..config import Settings, resolve
-from ..engine import code
+from ..engine import code, progress
 from ..engine.control import TAG_CLOSING
 from ..engine.crosscheck import final_check
 from ..engine.engine import Engine
@@ -26,10 +26,6 @@ from ..transport import mpi as transport
 from ..transport import shm
 from . import calibrate
 from .communicator import Communicator
-
-# yield_polls on an oversubscribed node (4 ranks on 2 cores, an 8 B allreduce: 1,000 yields
-# and no cap were alike, 340-350 us; sleeping from the first fruitless poll, 730-850 us)
-OVERSUBSCRIBED_YIELDS = 1000
 
 
 def mpi():
@@ -92,7 +88,6 @@ class Context:
         _all_here(base, settings.timeout if settings is not None else None)
         self._closed = False
         self._pid = os.getpid()
-        self._fork_error = None        # set in a child forked after init (_forked_in_child)
         self._allocs: list = []        # registered allocations (ctx.empty)
         self._node = None              # this node's ranks (_meet_node; registered buffers)
         self._fence_win = None         # shm_fence's window
@@ -175,8 +170,8 @@ class Context:
         s = self.settings
         if self.oversubscribed:
             values, sources = s.as_dict(), dict(s.sources)
-            for name, value in (("spin_polls", 0), ("spin_us", 0.0),
-                                ("yield_polls", OVERSUBSCRIBED_YIELDS)):
+            for name, value in zip(("spin_polls", "spin_us", "yield_polls"),
+                                   progress.YIELDING):
                 if sources.get(name) == "default":
                     values[name], sources[name] = value, "oversubscribed node"
             self.settings = Settings(values, sources)
@@ -343,8 +338,8 @@ class Context:
         return self._by_uid.get(uid)
 
     def _check_open(self) -> None:
-        if self._fork_error is not None:
-            raise self._fork_error
+        if self._engine.forked is not None:
+            raise self._engine.forked
         if self._closed:
             raise ContextClosed("this hpccoll context is closed; create a new one with hpccoll.init()")
         broken = self._engine.broken
@@ -366,7 +361,7 @@ class Context:
             return
         self._closed = True
         _OPEN.discard(self)
-        if self._fork_error is not None:      # a forked child: nothing of MPI is its own
+        if self._engine.forked is not None:   # a forked child: nothing of MPI is its own
             return
         states = self._states()
         for st in states:
@@ -432,16 +427,16 @@ class Context:
     def _forked_in_child(self) -> None:
         """This process was forked after init (os.register_at_fork): its copy of the
         context shares its parent's MPI connections, so nothing of it may be used."""
-        self._fork_error = HpcCollError(
+        error = HpcCollError(
             f"this process (pid {os.getpid()}) was forked from rank {self.rank} (pid "
             f"{self._pid}) after hpccoll.init: its collectives would travel on its parent's "
             "MPI connections and be taken for the parent's.  Use hpccoll in the parent "
             "only; start worker processes before hpccoll.init, or with the 'spawn' or "
             "'forkserver' method")
         engine = self._engine
-        engine.forked = engine.broken = self._fork_error
+        engine.forked = engine.broken = error
         for st in self._states():
-            st.stop(self._fork_error)
+            st.stop(error)
 
     def _free_allocations(self) -> None:
         """Free the registered allocations no array uses on any rank of the node any more

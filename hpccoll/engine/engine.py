@@ -212,13 +212,7 @@ class Engine:
         while True:
             if self._quick(task, polls):
                 idle = 0
-            if self._step(task, idle):
-                idle = 0
-            else:
-                idle += 1
-            if task._done or self._callbacks:
-                return
-            for _ in range(polls - 1):
+            for _ in range(polls):
                 if self._step(task, idle):
                     idle = 0
                 else:
@@ -262,7 +256,7 @@ class Engine:
         crowded = progress.crowded()
         if crowded != self.crowded:
             self.crowded = crowded
-            self._waiting(*(progress.CROWDED if crowded else self._calm))
+            self._waiting(*(progress.YIELDING if crowded else self._calm))
 
     def _quick(self, task, polls: int) -> bool:
         """Up to ``polls`` tests of what ``task``'s lane waits on, where the task is alone

@@ -64,10 +64,13 @@ def restore_slack(old) -> None:
         _SET_SLACK(old)
 
 
-# a crowded machine's waiting (Engine._look_around): no spin, 1,000 yields, then sleep,
-# as on a node whose ranks outnumber its cores (core/context.py); looked at again at most
-# this often, in waits that their first polls did not end
-CROWDED = (0, 0.0, 1000)
+# a waiter's spin_polls, spin_us and yield_polls where spinning takes the core a peer
+# needs: on a node whose ranks outnumber its cores (core/context.py) and on a crowded
+# machine (Engine._look_around): no spin, 1,000 yields, then sleep.  (4 ranks on 2 cores,
+# an 8 B allreduce: 1,000 yields and no cap were alike, 340-350 us; sleeping from the
+# first fruitless poll, 730-850 us.)  The machine's load is looked at again at most every
+# CROWD_EVERY_S, in waits that their first polls did not end
+YIELDING = (0, 0.0, 1000)
 CROWD_EVERY_S = 0.01
 
 

@@ -200,7 +200,7 @@ def test_oversubscribed_node_yields_instead_of_spinning(mpi_world):
     unless those settings are set."""
     import os
     from mpi4py import MPI
-    from hpccoll.core.context import OVERSUBSCRIBED_YIELDS
+    from hpccoll.engine.progress import YIELDING
     node = mpi_world.Split_type(MPI.COMM_TYPE_SHARED)
     cpus = node.allgather(frozenset(os.sched_getaffinity(0)))
     expected = node.Get_size() > len(frozenset().union(*cpus))
@@ -208,7 +208,7 @@ def test_oversubscribed_node_yields_instead_of_spinning(mpi_world):
     with hpccoll.init(timeout=60) as ctx:
         assert ctx.oversubscribed == expected
         assert ctx.settings.spin_polls == (0 if expected else 32)
-        assert ctx.settings.yield_polls == (OVERSUBSCRIBED_YIELDS if expected else 0)
+        assert ctx.settings.yield_polls == (YIELDING[2] if expected else 0)
         for name in ("spin_polls", "yield_polls"):
             assert ctx.settings.sources[name] == ("oversubscribed node" if expected
                                                   else "default")

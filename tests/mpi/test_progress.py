@@ -36,7 +36,7 @@ def test_a_crowded_machine_turns_spinning_into_yielding_and_back(monkeypatch):
             late_allreduce(ctx)
         if ctx.rank == 0:
             assert engine.crowded
-            assert (engine.spin_polls, engine.spin_us, engine.yield_polls) == progress.CROWDED
+            assert (engine.spin_polls, engine.spin_us, engine.yield_polls) == progress.YIELDING
         monkeypatch.setattr(progress, "crowded", lambda: False)
         time.sleep(progress.CROWD_EVERY_S)
         for n in (4, 70_001):
