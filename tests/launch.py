@@ -28,11 +28,18 @@ def mpiexec_args(n: int) -> list[str]:
     return ["mpiexec", "-n", str(n), *extra]
 
 
-def run(n: int, args: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+def run(n: int, args: list[str], timeout: float, env: dict | None = None,
+        file_limit: int | None = None) -> subprocess.CompletedProcess:
     """Run ``python args...`` on n ranks; the job is killed after ``timeout`` seconds
-    (MPIEXEC_TIMEOUT for hydra, plus a hard subprocess timeout for any MPI)."""
+    (MPIEXEC_TIMEOUT for hydra, plus a hard subprocess timeout for any MPI).
+    ``file_limit``: every process of the job may write files up to that many bytes
+    (``ulimit -f``)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env["MPIEXEC_TIMEOUT"] = str(int(timeout))
     cmd = mpiexec_args(n) + [sys.executable, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout + 30)
+    def limit():
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout + 30,
+                          preexec_fn=None if file_limit is None else limit)

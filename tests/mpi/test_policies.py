@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import hpccoll
+from hpccoll.chaos import interleave
 
 pytestmark = pytest.mark.mpi
 
@@ -133,14 +134,8 @@ def test_ordered_launch_logs_agree(mpi_world):
         # (dup and split ran a barrier each under the timeout: not part of this count)
         start = len(ctx._engine.policy.launch_log)
         rng = random.Random(1234 + r)
-        queues = {c.name: [(c, i) for i in range(5)] for c in comms}
-        works = []
-        while queues:
-            name = rng.choice(sorted(queues))
-            c, i = queues[name].pop(0)
-            if not queues[name]:
-                del queues[name]
-            works.append((c, i, c.allreduce(np.full(3, i + 1, np.int64))))
+        works = [(c, i, c.allreduce(np.full(3, i + 1, np.int64))) for _, c, i in
+                 interleave([(c.name, c, i) for c in comms for i in range(5)], rng)]
         for c, i, w in works:
             np.testing.assert_array_equal(w.wait(), np.full(3, (i + 1) * c.size))
         log = [(g, cid) for g, cid in list(ctx._engine.policy.launch_log)[start:]

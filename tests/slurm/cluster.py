@@ -69,6 +69,13 @@ def nodes(conf: str) -> int:
     return len(set(proc.stdout.split()))
 
 
+def need_nodes(conf: str, n: int = 2) -> None:
+    """Skip where the cluster has fewer than ``n`` nodes."""
+    if nodes(conf) < n:
+        pytest.skip(f"this cluster has fewer than {n} nodes (HPCCOLL_SLURM_NODES={n} "
+                    "scripts/slurm-local start)")
+
+
 @dataclass
 class Job:
     id: str

@@ -17,25 +17,20 @@ import numpy as np
 from mpi4py import MPI
 
 import hpccoll
+from hpccoll.chaos import interleave
 
 
 def run_ranks(ctx):
     """Random interleavings, every result checked; this rank's launch log after them."""
-    n, r = ctx.size, ctx.rank
+    r = ctx.rank
     comms = [ctx.world.dup(name="all0"), ctx.world.dup(name="all1"),
              ctx.world.split(r % 2, name=f"alternate{r % 2}"),
              ctx.world.split(ctx._node_of[r], name=f"node{ctx._node_of[r]}")]
     policy = ctx._engine.policy
     start = len(policy.launch_log)
     rng = random.Random(99 + r)
-    queues = {c.name: [(c, i) for i in range(20)] for c in comms}
-    works = []
-    while queues:
-        name = rng.choice(sorted(queues))
-        c, i = queues[name].pop(0)
-        if not queues[name]:
-            del queues[name]
-        works.append((c, i, c.allreduce(np.full(3, i + 1, np.int64))))
+    works = [(c, i, c.allreduce(np.full(3, i + 1, np.int64)))
+             for _, c, i in interleave([(c.name, c, i) for c in comms for i in range(20)], rng)]
     for c, i, w in works:
         np.testing.assert_array_equal(w.wait(), np.full(3, (i + 1) * c.size))
     log = list(policy.launch_log)[start:]

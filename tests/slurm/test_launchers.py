@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .cluster import find_cluster, job_env, nodes
+from .cluster import find_cluster, job_env, need_nodes
 
 PROBE = str(Path(__file__).with_name("pmi_probe.py"))
 
@@ -18,9 +18,7 @@ PROBE = str(Path(__file__).with_name("pmi_probe.py"))
 @pytest.fixture(scope="module")
 def conf():
     conf = find_cluster()
-    if nodes(conf) < 2:
-        pytest.skip("this cluster has fewer than 2 nodes (HPCCOLL_SLURM_NODES=2 "
-                    "scripts/slurm-local start)")
+    need_nodes(conf)
     return conf
 
 

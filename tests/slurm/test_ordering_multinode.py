@@ -18,7 +18,7 @@ import pytest
 
 from hpccoll import h5log
 
-from .cluster import find_cluster, job_env, nodes, show_job, submit
+from .cluster import find_cluster, job_env, need_nodes, show_job, submit
 
 ORDER_EVERYTHING = dict(HPCCOLL_MPI_COLL_BYTES=0, HPCCOLL_NODE_SIZE=4)
 
@@ -26,9 +26,7 @@ ORDER_EVERYTHING = dict(HPCCOLL_MPI_COLL_BYTES=0, HPCCOLL_NODE_SIZE=4)
 @pytest.fixture(scope="module")
 def conf():
     conf = find_cluster()
-    if nodes(conf) < 2:
-        pytest.skip("this cluster has fewer than 2 nodes (HPCCOLL_SLURM_NODES=2 "
-                    "scripts/slurm-local start)")
+    need_nodes(conf)
     return conf
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from hpccoll import h5log
 
-from .cluster import ROOT, find_cluster, job_env, nodes, submit
+from .cluster import ROOT, find_cluster, job_env, need_nodes, submit
 
 TEMPLATES = ("chaos.sbatch", "bench.sbatch", "bench-multinode.sbatch", "train.sbatch")
 SETUP = re.compile(r"# ---- hpccoll job setup.*# ---- end of the hpccoll job setup -+\n", re.S)
@@ -186,9 +186,7 @@ def test_bench_multinode_template(conf, tmp_path):
     """2 nodes x 2 tasks (slurm-local runs 2 slurmd by default): one rank per node, then all.
     HPCCOLL_LAUNCHER=auto starts them with hydra (test_launchers.py says why)."""
     need_bench()
-    if nodes(conf) < 2:
-        pytest.skip("this cluster has fewer than 2 nodes (HPCCOLL_SLURM_NODES=2 "
-                    "scripts/slurm-local start)")
+    need_nodes(conf)
     job = submit("bench-multinode.sbatch", tmp_path, job_env(
         conf, HPCCOLL_BENCH_COLLS="allreduce", HPCCOLL_BENCH_ARGS="-e 64K -f 8 -n 2 -w 1"),
         "--nodes=2", "--ntasks-per-node=2")

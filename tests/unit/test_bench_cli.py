@@ -271,15 +271,8 @@ RESET_SIGXFSZ = ("import signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_D
 def bench_limited(limit_kib: int, *args, sigxfsz_default=False, timeout=150):
     """hpccoll-bench at 2 ranks, every process under ``ulimit -f limit_kib``; with
     ``sigxfsz_default`` the ranks restore SIGXFSZ's default action (killing them)."""
-    import resource
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_kib * 1024, limit_kib * 1024))
     entry = ["-c", RESET_SIGXFSZ] if sigxfsz_default else ["-m", "hpccoll.bench"]
-    env = dict(os.environ, MPIEXEC_TIMEOUT=str(timeout))
-    cmd = launch.mpiexec_args(2) + [sys.executable, *entry, *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout + 30,
-                          preexec_fn=limit)
+    return launch.run(2, [*entry, *map(str, args)], timeout, file_limit=limit_kib * 1024)
 
 
 def earlier_runs(out, pad_bytes: int) -> bytes:

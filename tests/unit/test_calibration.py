@@ -207,23 +207,14 @@ def test_a_calibration_past_the_file_size_limit_is_a_message_and_exit_1(tmp_path
     """hpccoll-tune calibrate --out onto a file its record would take past ``ulimit -f``:
     one error line naming the limit and where the run is kept, exit status 1, no traceback
     or signal, the old file unchanged (issue 32, finding 7)."""
-    import resource
-
     import numpy as np
     out = tmp_path / "c.h5"
     h5log.write_record(out, "test", "pad", arrays={"pad": np.zeros((6 << 20) // 8)})
     before = out.read_bytes()
-    limit = (len(before) // 1024 + 2) * 1024
-
-    def limited():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    proc = subprocess.run(
-        launch.mpiexec_args(2) + [sys.executable, "-m", "hpccoll.tuning.cli", "calibrate",
-                                  "--sizes", "8", "--rounds", "1", "--round-ms", "1",
-                                  "--collectives", "allreduce", "--buffers", "host",
-                                  "--out", str(out)],
-        capture_output=True, text=True, timeout=150, preexec_fn=limited,
-        env=dict(os.environ, MPIEXEC_TIMEOUT="120"))
+    proc = launch.run(2, ["-m", "hpccoll.tuning.cli", "calibrate", "--sizes", "8", "--rounds",
+                          "1", "--round-ms", "1", "--collectives", "allreduce", "--buffers",
+                          "host", "--out", str(out)],
+                      timeout=120, file_limit=(len(before) // 1024 + 2) * 1024)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1, text
     assert "hpccoll-tune calibrate: error: the run 'calibration' could not be added" in proc.stderr

@@ -110,24 +110,13 @@ def test_results_past_the_file_size_limit_are_a_message_and_exit_1(tmp_path):
     """--out onto a file the run's record would take past ``ulimit -f``: the table is
     printed, then one error line naming the limit and where the run is kept; exit status
     1, no traceback or signal; the old file unchanged (issue 32, finding 7)."""
-    import os
-    import resource
-    import subprocess
-    import sys
-
     import numpy as np
     from hpccoll import h5log
     out = tmp_path / "r.h5"
     h5log.write_record(out, "test", "pad", arrays={"pad": np.zeros((6 << 20) // 8)})
     before = out.read_bytes()
-    limit = (len(before) // 1024 + 2) * 1024
-
-    def limited():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    proc = subprocess.run(launch.mpiexec_args(2) + [sys.executable, "-m", "hpccoll.chaos",
-                                                    "abba", "--iters", "2", "--out", str(out)],
-                          capture_output=True, text=True, timeout=150, preexec_fn=limited,
-                          env=dict(os.environ, MPIEXEC_TIMEOUT="120"))
+    proc = launch.run(2, ["-m", "hpccoll.chaos", "abba", "--iters", "2", "--out", str(out)],
+                      timeout=120, file_limit=(len(before) // 1024 + 2) * 1024)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1, text
     assert "OK: every policy behaved as expected" in proc.stdout
