@@ -17,10 +17,11 @@ from ..core.context import init
 from ..errors import ArgumentError
 from . import _calls as calls
 from ._request import Request
+from ._rooted import RootedCalls
 from ._types import MPI
 
 
-class Comm:
+class Comm(RootedCalls):
     """mpi4py's ``Intracomm`` with hpccoll under its buffer collectives.
 
     ``Comm(comm, **init_options)`` starts an hpccoll context on ``comm`` (collective,
