@@ -17,11 +17,12 @@ from ..core.context import init
 from ..errors import ArgumentError
 from . import _calls as calls
 from ._request import Request
+from ._objects import ObjectCalls
 from ._rooted import RootedCalls
 from ._types import MPI
 
 
-class Comm(RootedCalls):
+class Comm(ObjectCalls, RootedCalls):
     """mpi4py's ``Intracomm`` with hpccoll under its buffer collectives.
 
     ``Comm(comm, **init_options)`` starts an hpccoll context on ``comm`` (collective,
