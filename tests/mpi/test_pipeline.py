@@ -3,6 +3,7 @@ call signature, then started on the calling thread when the MPI library runs it 
 (tiny messages, the ``mpi`` row, under the preemptive policy) or queued for the engine.
 Results against the MPI library's own collectives, on every path and in every argument
 form; mismatches still raise on every rank; bad input raises before anything is queued."""
+import contextlib
 import time
 
 import numpy as np
@@ -228,15 +229,39 @@ def at_issue(w) -> bool:
     return w.t_start is not None and w.t_start == w.t_issue
 
 
-def _loose(comm, x, out, tries=4):
+@contextlib.contextmanager
+def _daemon_aside(engine):
+    """The progress thread stays out of the engine (as it does while a waiter drives):
+    a program starts at issue only if the engine's lock is free at that moment."""
+    with engine._want_lock:
+        engine._want += 1
+        engine._resume.clear()
+    with engine.lock:          # a pass the daemon is in finishes first
+        pass
+    try:
+        yield
+    finally:
+        with engine._want_lock:
+            engine._want -= 1
+            if engine._want == 0:
+                engine._resume.set()
+
+
+def _loose(comm, x, out):
     """An allreduce started at issue: MPI's own collective, or a shared-memory program on
-    an engine whose slots bind nothing."""
-    for _ in range(tries):
+    an engine whose slots bind nothing.  On an idle engine with its daemon aside that is
+    certain on every rank (nothing before it left to post, no slot or gate taken, the lock
+    free), so every rank issues exactly one: a retry where it happened not to start would
+    make ranks issue different numbers of collectives."""
+    engine = comm._ctx._engine
+    deadline = time.monotonic() + 30
+    while not engine.idle() and time.monotonic() < deadline:
+        time.sleep(0.001)          # what earlier tests left unwaited completes first
+    assert engine.idle(), "the engine did not become idle"
+    with _daemon_aside(engine):
         w = comm.allreduce(x, out)
-        if at_issue(w):
-            return w
-        w.wait()
-    raise AssertionError("no collective started at issue")
+    assert at_issue(w), "the collective did not start at issue on an idle engine"
+    return w
 
 
 def test_a_loose_collective_completes_in_its_waiter(pctx):
