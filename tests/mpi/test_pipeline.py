@@ -28,6 +28,42 @@ def started_at_issue(work) -> bool:
     return work.counters["t_start"] is not None
 
 
+@contextlib.contextmanager
+def _daemon_aside(engine):
+    """The progress thread stays out of the engine (as it does while a waiter drives):
+    a program starts at issue only if the engine's lock is free at that moment."""
+    with engine._want_lock:
+        engine._want += 1
+        engine._resume.clear()
+    with engine.lock:          # a pass the daemon is in finishes first
+        pass
+    try:
+        yield
+    finally:
+        with engine._want_lock:
+            engine._want -= 1
+            if engine._want == 0:
+                engine._resume.set()
+
+
+def at_issue_alone(engine, make):
+    """``make()``'s collective, issued on an idle engine with its daemon aside, where it
+    must start at issue on every rank (nothing before it left to post, no slot or gate
+    taken, the lock free).  A rank where it did not waits for it before it fails, so its
+    peers are not left waiting for a collective it never finished; ranks never issue a
+    second try (they would issue different numbers of collectives)."""
+    deadline = time.monotonic() + 30
+    while not engine.idle() and time.monotonic() < deadline:
+        time.sleep(0.001)          # what earlier tests left unwaited completes first
+    assert engine.idle(), "the engine did not become idle"
+    with _daemon_aside(engine):
+        w = make()
+    if not started_at_issue(w):
+        w.wait()
+        raise AssertionError(f"{w!r} did not start at issue on an idle engine")
+    return w
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", ["sum", "prod", "min", "max"])
 def test_tiny_allreduce_matches_mpi_in_every_form(pctx, mpi_world, dtype, op):
@@ -36,22 +72,20 @@ def test_tiny_allreduce_matches_mpi_in_every_form(pctx, mpi_world, dtype, op):
     ref = np.empty_like(x)
     mpi_world.Allreduce(x, ref, op=MPI_OPS[op])
     out = np.empty_like(x)
-    w = pctx.world.allreduce(x, out, op=op)
-    assert started_at_issue(w)
+    w = at_issue_alone(pctx._engine, lambda: pctx.world.allreduce(x, out, op=op))
     assert w.wait() is out
     np.testing.assert_array_equal(out, ref)
     np.testing.assert_array_equal(pctx.world.allreduce(x, op=op).wait(), ref)   # new array
     y = x.copy()
-    w = pctx.world.allreduce(y, y, op=op)                                         # in place
-    assert started_at_issue(w) and w.wait() is y
+    w = at_issue_alone(pctx._engine, lambda: pctx.world.allreduce(y, y, op=op))  # in place
+    assert w.wait() is y
     np.testing.assert_array_equal(y, ref)
 
 
 def test_avg_and_multidim(pctx):
     n, r = pctx.size, pctx.rank
     x = np.full((2, 3), float(r), np.float64)
-    w = pctx.world.allreduce(x, op="avg")
-    assert started_at_issue(w)
+    w = at_issue_alone(pctx._engine, lambda: pctx.world.allreduce(x, op="avg"))
     np.testing.assert_allclose(w.wait(), np.full(6, sum(range(n)) / n))
     y = x.copy()
     pctx.world.allreduce(y, y, op="avg").wait()
@@ -63,11 +97,10 @@ def test_broadcast_and_barrier(pctx, root_of):
     n, r = pctx.size, pctx.rank
     root = root_of(n)
     buf = np.full(7, r, np.int32)
-    w = pctx.world.broadcast(buf, root=root)
-    assert started_at_issue(w) and w.wait() is buf
+    w = at_issue_alone(pctx._engine, lambda: pctx.world.broadcast(buf, root=root))
+    assert w.wait() is buf
     np.testing.assert_array_equal(buf, np.full(7, root, np.int32))
-    b = pctx.world.barrier()
-    assert started_at_issue(b)
+    b = at_issue_alone(pctx._engine, lambda: pctx.world.barrier())
     assert b.wait() is None
 
 
@@ -79,8 +112,7 @@ def test_tiny_allgather_and_alltoall_match_mpi(pctx, mpi_world, dtype):
     x = ((np.arange(3) * 7 + r * 5) % 11).astype(dtype)
     ref = np.empty(n * 3, dtype)
     mpi_world.Allgather(x, ref)
-    w = pctx.world.allgather(x)
-    assert started_at_issue(w)
+    w = at_issue_alone(pctx._engine, lambda: pctx.world.allgather(x))
     np.testing.assert_array_equal(w.wait(), ref)
     out = np.zeros(n * 3, dtype)
     w = pctx.world.allgather(x, out)
@@ -99,8 +131,7 @@ def test_tiny_allgather_and_alltoall_match_mpi(pctx, mpi_world, dtype):
     y = ((np.arange(n * 2) * 3 + r * 7) % 13).astype(dtype)
     ref = np.empty_like(y)
     mpi_world.Alltoall(y, ref)
-    w = pctx.world.alltoall(y)
-    assert started_at_issue(w)
+    w = at_issue_alone(pctx._engine, lambda: pctx.world.alltoall(y))
     np.testing.assert_array_equal(w.wait(), ref)
     out = np.zeros_like(y)
     assert pctx.world.alltoall(y, out).wait() is out
@@ -120,8 +151,8 @@ def test_tiny_reduce_and_reduce_scatter_match_mpi(pctx, mpi_world, dtype):
             ref = np.empty_like(x)
             mpi_world.Reduce(x, ref, op=MPI.MAX, root=root)
             out = np.full_like(x, -1)
-            w = pctx.world.reduce(x, out, op="max", root=root)
-            assert started_at_issue(w)
+            w = at_issue_alone(pctx._engine,
+                               lambda: pctx.world.reduce(x, out, op="max", root=root))
             w.wait()
             if r == root:
                 np.testing.assert_array_equal(out, ref)
@@ -134,8 +165,8 @@ def test_tiny_reduce_and_reduce_scatter_match_mpi(pctx, mpi_world, dtype):
         ref = np.empty(3, dtype)
         mpi_world.Reduce_scatter_block(y, ref)
         out = np.empty(3, dtype)
-        w = pctx.world.reduce_scatter(y, out)
-        assert started_at_issue(w) and w.wait() is out
+        w = at_issue_alone(pctx._engine, lambda: pctx.world.reduce_scatter(y, out))
+        assert w.wait() is out
         np.testing.assert_array_equal(out, ref)
         assert pctx.world.reduce_scatter(y, y).wait() is y
         np.testing.assert_array_equal(y[r * 3:(r + 1) * 3], ref)
@@ -229,38 +260,11 @@ def at_issue(w) -> bool:
     return w.t_start is not None and w.t_start == w.t_issue
 
 
-@contextlib.contextmanager
-def _daemon_aside(engine):
-    """The progress thread stays out of the engine (as it does while a waiter drives):
-    a program starts at issue only if the engine's lock is free at that moment."""
-    with engine._want_lock:
-        engine._want += 1
-        engine._resume.clear()
-    with engine.lock:          # a pass the daemon is in finishes first
-        pass
-    try:
-        yield
-    finally:
-        with engine._want_lock:
-            engine._want -= 1
-            if engine._want == 0:
-                engine._resume.set()
-
-
 def _loose(comm, x, out):
-    """An allreduce started at issue: MPI's own collective, or a shared-memory program on
-    an engine whose slots bind nothing.  On an idle engine with its daemon aside that is
-    certain on every rank (nothing before it left to post, no slot or gate taken, the lock
-    free), so every rank issues exactly one: a retry where it happened not to start would
-    make ranks issue different numbers of collectives."""
-    engine = comm._ctx._engine
-    deadline = time.monotonic() + 30
-    while not engine.idle() and time.monotonic() < deadline:
-        time.sleep(0.001)          # what earlier tests left unwaited completes first
-    assert engine.idle(), "the engine did not become idle"
-    with _daemon_aside(engine):
-        w = comm.allreduce(x, out)
-    assert at_issue(w), "the collective did not start at issue on an idle engine"
+    """An allreduce started at issue (on the calling thread, not by the daemon): MPI's own
+    collective, or a shared-memory program on an engine whose slots bind nothing."""
+    w = at_issue_alone(comm._ctx._engine, lambda: comm.allreduce(x, out))
+    assert at_issue(w)
     return w
 
 
