@@ -2,10 +2,11 @@
 cdef class PersistentSet:
     cdef public tuple slots
     cdef public long long uses
+    cdef public bint live
 
 
 cdef class Plan:
     cdef public object coll, dtype, count, op, root, inplace, algo, program, spec, nbytes
     cdef public object fp, fp_hash, recipe, registered, backend, blocks, ops, rt, detour
-    cdef public object code, native
+    cdef public object code, native, pset
     cdef public bint early, shared, device, inline, reg_matters

@@ -87,6 +87,7 @@ class PersistentSet:
 
     def __init__(self, slots):
         self.slots, self.uses = slots, 0
+        self.live = True     # False once evicted or freed (a plan may still point to it)
 
 
 def persistent_key(state, call, nbytes: int):
@@ -206,6 +207,7 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
     plan.reg_matters = reg_matters
     plan.inline = nbytes <= s.inline_bytes
     plan.ops = plan.rt = plan.code = plan.native = None
+    plan.pset = None          # its persistent requests, once used (CommState._lane)
     count = call.count if call.fp_count is None else call.fp_count
     plan.fp = (COLLECTIVES.index(coll) + 1, dtype_code(dt), count, call.root, op_code(call.op),
                0,

@@ -1,5 +1,7 @@
 # The typed form of core/state.py (hpccoll/_compiled.py).
-from hpccoll.core.plan cimport Plan
+cimport cython
+
+from hpccoll.core.plan cimport Plan, PersistentSet
 from hpccoll.engine.engine cimport Engine
 from hpccoll.core.validate cimport Call
 from hpccoll.engine.lane cimport mpi_lane
@@ -17,4 +19,5 @@ cdef class CommState:
 
     cpdef Task issue(self, Call call, key=*, blocks=*)
     cpdef Plan _plan(self, Call call, bint keyed, blocks)
+    @cython.locals(pset=PersistentSet)
     cpdef object _lane(self, Plan plan, Call call, long long tag)

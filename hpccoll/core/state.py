@@ -195,18 +195,29 @@ class CommState:
         """The plan of this call's signature (made the first time it is seen).  Where the
         buffers live (registered or not) is looked at only where it can change the plan:
         where registered buffers would take shared memory (``reg_matters``)."""
-        if keyed or blocks is not None or call.device is not None or call.layout:
-            sig = (call.coll, call.send.dtype, call.count, call.op, call.root, call.inplace,
-                   keyed, blocks, call.device is None, call.layout)
-        else:   # the common signature: a shorter key
-            sig = (call.coll, call.send.dtype, call.count, call.op, call.root, call.inplace)
-        plan = self.plans.get(sig)
-        if plan is None:
-            plan = self._remember(sig, plans.make(self, call, keyed, blocks, None))
+        cache = self.plans
+        plain = not keyed and blocks is None
+        if plain and call.plan_in is cache:
+            # a kept Call (validate.Recent) again: its plan, while this cache holds plans
+            # (a calibration swaps the cache per candidate)
+            plan = call.plan
+        else:
+            if not plain or call.device is not None or call.layout:
+                sig = (call.coll, call.send.dtype, call.count, call.op, call.root,
+                       call.inplace, keyed, blocks, call.device is None, call.layout)
+            else:   # the common signature: a shorter key
+                sig = (call.coll, call.send.dtype, call.count, call.op, call.root,
+                       call.inplace)
+            plan = cache.get(sig)
+            if plan is None:
+                plan = self._remember(sig, plans.make(self, call, keyed, blocks, None))
+            if plain:
+                call.plan, call.plan_in = plan, cache
         if self.ctx._allocs and plan.reg_matters and not keyed and call.device is None:
             reg = plans.registered(self.ctx, call)
             if reg is not None:
-                sig += (reg.key,)
+                sig = (call.coll, call.send.dtype, call.count, call.op, call.root,
+                       call.inplace, keyed, blocks, True, call.layout, reg.key)
                 plan = self.plans.get(sig)
                 if plan is None:
                     plan = self._remember(sig, plans.make(self, call, keyed, blocks, reg))
@@ -225,12 +236,15 @@ class CommState:
         if recipe is not None:
             slot = None
             if recipe.persist is not None:
-                pset = self.persist.get(recipe.persist)
-                if pset is None:
-                    if len(self.persist) >= PLAN_CACHE:
-                        self._evict_locked(self.persist)
-                    pset = self.persist[recipe.persist] = plans.persistent_set(
-                        self.size, self.rank, call)
+                pset = plan.pset
+                if pset is None or not pset.live:
+                    pset = self.persist.get(recipe.persist)
+                    if pset is None:
+                        if len(self.persist) >= PLAN_CACHE:
+                            self._evict_locked(self.persist)
+                        pset = self.persist[recipe.persist] = plans.persistent_set(
+                            self.size, self.rank, call)
+                    plan.pset = pset
                 slot = pset.slots[pset.uses % plans.PERSISTENT_SLOTS]
                 pset.uses += 1
             return mpi_lane(recipe, call.send, call.recv, slot)
@@ -274,6 +288,7 @@ class CommState:
         for key in list(cache)[:max(1, len(cache) // 4)]:
             value = cache.pop(key, None)
             if isinstance(value, plans.PersistentSet):
+                value.live = False
                 self.orphans += [s for s in value.slots if s.req is not None]
         if self.orphans and started(self._last()):
             self.orphans = [s for s in self.orphans if not s.free()]
@@ -346,6 +361,7 @@ class CommState:
             self.shm["area"].free()
             self.shm = None
         for pset in self.persist.values():
+            pset.live = False
             for slot in pset.slots:
                 slot.free()
         # what is still busy now (a collective a mismatch broke off) may not be freed

@@ -40,6 +40,8 @@ class Call:
         self.device = device        # None (host), or (send DeviceArray, recv DeviceArray)
         self.layout = layout        # variable counts: extra Spec fields as (name, value) pairs
         self.fp_count = fp_count    # what the mismatch check compares instead of count
+        # its plan, and the plan cache it came from (CommState._plan)
+        self.plan = self.plan_in = None
 
     @property
     def dtype(self) -> np.dtype:

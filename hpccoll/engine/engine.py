@@ -269,6 +269,7 @@ class Engine:
             return False
         for _ in range(polls):
             if ready():
+                task.lane.arrived()
                 return True
         return False
 

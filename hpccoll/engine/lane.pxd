@@ -9,7 +9,7 @@ cdef class Lane:
 @cython.freelist(32)
 cdef class MpiLane(Lane):
     cdef public object recipe, send, recv, req, slot
-    cdef public bint done
+    cdef public bint done, tested
 
 
 cpdef MpiLane mpi_setup(MpiLane lane, recipe, send, recv, slot)

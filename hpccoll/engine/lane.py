@@ -70,6 +70,9 @@ class Lane:
         pending).  Calling ``run`` is always right; this only spares its bookkeeping."""
         return None
 
+    def arrived(self) -> None:
+        """The function ``ready`` gave returned True: ``run`` need not test again."""
+
     def run(self) -> bool:
         """Continue where possible; True if anything moved."""
         raise NotImplementedError
@@ -115,8 +118,13 @@ class MpiLane(Lane):
         # request; run() then completes the collective)
         return self.req.Test if not self.done else None
 
+    def arrived(self) -> None:
+        self.tested = True
+
     def run(self) -> bool:
-        if self.done or not self.req.Test():
+        # (a second test of a completed request costs as much as the first: an MPI call,
+        # its progress engine and the GIL let go and taken again)
+        if self.done or not (self.tested or self.req.Test()):
             return False
         if self.slot is not None:
             transport.finish_slot(self.recipe, self.slot, self.recv)
@@ -142,7 +150,7 @@ def mpi_setup(lane, recipe, send, recv, slot):
     """Every field of an MpiLane (its one initialisation)."""
     lane.recipe, lane.send, lane.recv, lane.slot = recipe, send, recv, slot
     lane.req = None
-    lane.done = False
+    lane.done = lane.tested = False
     return lane
 
 

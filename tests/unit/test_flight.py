@@ -8,12 +8,17 @@ import numpy as np
 
 from hpccoll import h5log
 from hpccoll.engine import flight
+from hpccoll.engine.task import new as new_task
 
 
 def _task(comm, seq, state="done", key=None, coll="allreduce"):
+    """A finished task as the recorder sees it (a real Task: the compiled recorder reads
+    its fields directly)."""
     plan = SimpleNamespace(coll=coll, dtype=np.dtype(np.float32), count=4, algo="mpi")
-    return SimpleNamespace(comm=comm, seq=seq, key=key, plan=plan, state=state, t_issue=1.0,
-                           t_start=2.0 if state != "queued" else None, t_end=3.0)
+    t = new_task(None, comm, plan, seq, key, None, None)
+    t.state, t.t_issue, t.t_end = state, 1.0, 3.0
+    t.t_start = 2.0 if state != "queued" else None
+    return t
 
 
 def test_the_ring_keeps_the_newest_entries_as_rows():
