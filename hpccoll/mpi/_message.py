@@ -239,7 +239,21 @@ def simple(msg, readonly: bool, blocks: int = 0) -> Message:
 
 
 def _is_integral(obj) -> bool:
-    return hasattr(type(obj), "__index__")
+    """mpi4py's test of a count or stride argument: an index that is not a sized sequence
+    (a NumPy array of counts has __index__ too; a 0-d one is an integer)."""
+    if not hasattr(type(obj), "__index__"):
+        return False
+    try:
+        len(obj)
+    except TypeError:
+        pass
+    else:
+        return False
+    try:
+        operator.index(obj)
+    except TypeError:
+        return False
+    return True
 
 
 def index_array(obj, n: int) -> tuple:

@@ -154,3 +154,28 @@ def test_read_only_root_buffer_in_bcast(world, ad, dtype):
                 twin(world, ad, "Ibcast", lambda: build(form))
     # the communicator is still usable
     twin(world, ad, "Allreduce", lambda: ([np.arange(5) + r, y := np.zeros(5, int)], [y]))
+
+
+def test_numpy_counts_and_typecodes(world, ad):
+    """Counts and displacements as NumPy arrays, a NumPy integer as a count, a typecode for
+    the datatype (as mpipartition passes them): mpi4py takes them, so does the adapter,
+    natively (a NumPy array of counts has __index__ too: it was read as one integer)."""
+    n, r = world.size, world.rank
+    C = [[(q + 2 * p) % 3 for p in range(n)] for q in range(n)]
+    sc = np.array(C[r], np.int32)
+    rc = np.array([C[q][r] for q in range(n)], np.int32)
+    sd = np.insert(np.cumsum(sc)[:-1], 0, 0).astype(np.int32)
+    rd = np.insert(np.cumsum(rc)[:-1], 0, 0)
+    x = data("float64", int(sc.sum()), r)
+    twin(world, ad, "Alltoallv", lambda: ([[x, (sc, sd), "d"],
+                                           [y := np.zeros(int(rc.sum())), (rc, rd), "d"]], [y]))
+    twin(world, ad, "Alltoallv", lambda: ([[x, sc, sd, MPI.DOUBLE],
+                                           [y := np.zeros(int(rc.sum())), rc, rd, MPI.DOUBLE]], [y]))
+    counts = np.arange(n, dtype=np.int64) + 1
+    mine = data("int64", r + 1, r)
+    twin(world, ad, "Allgatherv", lambda: ([mine, [y := np.zeros(int(counts.sum()), "i8"),
+                                                   counts, "l"]], [y]))
+    twin(world, ad, "Allgatherv", lambda: ([mine[:1], [y := np.zeros(2 * n, "i8"), np.int64(1),
+                                                       np.int32(2), "l"]], [y]))
+    twin(world, ad, "Allreduce", lambda: ([[x := data("int32", 6, r), np.int64(4), "i"],
+                                           [y := np.zeros(6, "i4"), np.int32(4), "i"]], [y]))
