@@ -182,12 +182,12 @@ def test_forwarded_calls_run_on_mpi_and_are_counted(world, adapter):
     twin(world, adapter, "Allreduce",
          lambda: ([[ld, MPI.LONG_DOUBLE], [y := np.zeros_like(ld), MPI.LONG_DOUBLE]], [y]),
          native=False)
-    pair_t = MPI.INT.Create_contiguous(2).Commit()
+    gaps = MPI.INT.Create_vector(2, 1, 2).Commit()     # every other int: truly derived
     try:
-        twin(world, adapter, "Bcast", lambda: ([[b := data("int32", 4, r), 2, pair_t], 0], [b]),
+        twin(world, adapter, "Bcast", lambda: ([[b := data("int32", 8, r), 2, gaps], 0], [b]),
              native=False)
     finally:
-        pair_t.Free()
+        gaps.Free()
     # a user-defined op
     op = MPI.Op.Create(lambda a, b, t: np.maximum(np.frombuffer(a, "i4"),
                                                    np.frombuffer(b, "i4"),
