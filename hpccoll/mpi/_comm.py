@@ -36,7 +36,8 @@ _HANDLE_BYTES = MPI._sizeof(MPI.Comm)
 def _copy_handle(dst, src) -> None:
     """dst's MPI handle := src's.  mpi4py offers no setter; this is what it does itself when
     MPI_Comm_free nulls the object it was called on, and keeps two objects that share one
-    handle from freeing it twice."""
+    handle from freeing it twice.  (Collecting either object frees nothing: mpi4py 4 frees
+    no communicator on garbage collection.)"""
     ctypes.memmove(MPI._addressof(dst), MPI._addressof(src), _HANDLE_BYTES)
 
 
@@ -50,6 +51,8 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
     ``Distgraphcomm``).  Constructors return adapters on the same context, so collectives
     of all of them share one engine (and its deadlock-free scheduling)."""
 
+    _kind = MPI.Intracomm     # the mpi4py class this adapter class is one of
+
     @staticmethod   # (what Python makes of a __new__; said, for the compiled form)
     def __new__(cls, comm=None, context=None, **init_options):
         # Intracomm's, for the topology adapters too: Python takes the layout of every
@@ -59,7 +62,9 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         mpi_comm = comm._mpi if isinstance(comm, Comm) else comm
         if cls is Comm:
             cls = _adapter_class(mpi_comm)
-        # raises mpi4py's TypeError for what is not an intracommunicator
+        else:   # mpi4py's TypeError for a communicator of another kind
+            cls._kind(mpi_comm)
+        # mpi4py's TypeError for what is not an intracommunicator
         return MPI.Intracomm.__new__(cls, mpi_comm)
 
     def __init__(self, comm, context=None, **init_options):
@@ -247,6 +252,8 @@ class Cartcomm(Comm, MPI.Cartcomm):
     """mpi4py's ``Cartcomm`` with hpccoll under its collectives (``Create_cart``, ``Sub``);
     the topology queries are mpi4py's."""
 
+    _kind = MPI.Cartcomm
+
     def Sub(self, *args, **kwargs):
         return self._adopt("Sub", self._mpi.Sub(*args, **kwargs))
 
@@ -254,21 +261,24 @@ class Cartcomm(Comm, MPI.Cartcomm):
 class Graphcomm(Comm, MPI.Graphcomm):
     """mpi4py's ``Graphcomm`` with hpccoll under its collectives (``Create_graph``)."""
 
+    _kind = MPI.Graphcomm
+
 
 class Distgraphcomm(Comm, MPI.Distgraphcomm):
     """mpi4py's ``Distgraphcomm`` with hpccoll under its collectives
     (``Create_dist_graph``, ``Create_dist_graph_adjacent``)."""
 
+    _kind = MPI.Distgraphcomm
 
-# most derived first: the adapter class for an mpi4py communicator
-_KINDS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm),
-          (MPI.Distgraphcomm, Distgraphcomm), (MPI.Intracomm, Comm))
+
+_TOPOLOGIES = {MPI.CART: Cartcomm, MPI.GRAPH: Graphcomm, MPI.DIST_GRAPH: Distgraphcomm}
 
 
 def _adapter_class(mpi_comm):
-    for kind, cls in _KINDS:
-        if isinstance(mpi_comm, kind):
-            return cls
+    """The adapter class for a communicator, by its handle's topology (as mpi4py's own
+    constructors judge it, not by its Python class)."""
+    if isinstance(mpi_comm, MPI.Comm) and mpi_comm != MPI.COMM_NULL and not mpi_comm.Is_inter():
+        return _TOPOLOGIES.get(mpi_comm.Get_topology(), Comm)
     return Comm   # mpi4py's constructor raises its TypeError for anything else
 
 

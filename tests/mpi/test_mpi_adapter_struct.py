@@ -213,3 +213,27 @@ def test_coverage_cli_prints_the_table():
         assert f"`{op}`" in text
     assert "| `Allreduce` | **native** | **native** |" in text
     assert "| `Alltoallw` | forwarded | forwarded | forwarded |" in text
+
+
+def test_the_kind_follows_the_handle(world, adapter):
+    """The adapter class is chosen by the handle's topology, as mpi4py's constructors judge
+    it; an adapter class of the wrong kind raises mpi4py's TypeError."""
+    n = world.size
+    cart = world.Create_cart([n])
+    as_intracomm = MPI.Intracomm(cart)           # a Cartesian handle in an Intracomm object
+    wrapped = hpccoll.mpi.Comm(as_intracomm, context=adapter.context)
+    assert type(wrapped) is hpccoll.mpi.Cartcomm and wrapped.dims == [n]
+    for kind in (hpccoll.mpi.Cartcomm, hpccoll.mpi.Graphcomm, hpccoll.mpi.Distgraphcomm):
+        if kind is not hpccoll.mpi.Cartcomm:
+            with pytest.raises(TypeError):
+                kind(cart, context=adapter.context)
+        with pytest.raises(TypeError):
+            kind(world, context=adapter.context)
+    wrapped.Free()
+    assert as_intracomm == MPI.COMM_NULL and wrapped == MPI.COMM_NULL
+    # (``cart`` still holds the freed handle: two mpi4py objects over one handle, as ever)
+    cart = world.Create_cart([n])
+    again = hpccoll.mpi.Cartcomm(cart, context=adapter.context)
+    assert again.Get_topo() == cart.Get_topo()
+    again.Free()
+    assert cart == MPI.COMM_NULL
