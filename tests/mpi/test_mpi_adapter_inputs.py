@@ -285,3 +285,41 @@ def test_host_dlpack_arrays_run_natively(world, ad, kind):
         for comm in (world, ad):
             with pytest.raises(BufferError):
                 comm.Allreduce(np.ones(4), kind(ro))
+
+
+def _read_only(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("form", ["array", "bytes", "typed bytes"])
+def test_read_only_send_buffers_everywhere(world, ad, form):
+    """mpi4py takes a read-only send buffer (a frozen array, bytes) in every collective:
+    so does the adapter, natively, at sizes for MPI's own, shared-memory and ring paths."""
+    n, r = world.size, world.rank
+    for c in COUNTS:
+        def send(a):
+            if form == "array":
+                return _read_only(a)
+            if form == "bytes":     # bytes export format 'B': uint8 data only
+                return bytes(a.view(np.uint8))
+            return [bytes(a), MPI._typedict[a.dtype.char]]
+        dt = "uint8" if form == "bytes" else "int32"
+        x, xs = data(dt, c, r), data(dt, n * c, r, salt=1)
+        counts = [c + i for i in range(n)]
+        xv = data(dt, counts[r], r, salt=2)
+        z = lambda k: np.zeros(k, dt)   # noqa: E731
+        ops = MPI.MAX if dt == "uint8" else MPI.SUM
+        for method, build in [
+            ("Allreduce", lambda: ([send(x), y := z(c), ops], [y])),
+            ("Iallreduce", lambda: ([send(x), y := z(c), ops], [y])),
+            ("Reduce", lambda: ([send(x), y := z(c), ops, n - 1], [y] if r == n - 1 else [])),
+            ("Allgather", lambda: ([send(x), y := z(n * c)], [y])),
+            ("Allgatherv", lambda: ([send(xv), [y := z(sum(counts)), counts]], [y])),
+            ("Alltoall", lambda: ([send(xs), y := z(n * c)], [y])),
+            ("Ialltoallv", lambda: ([send(xs), y := z(n * c)], [y])),
+            ("Reduce_scatter_block", lambda: ([send(xs), y := z(c), ops], [y])),
+            ("Reduce_scatter", lambda: ([send(xs), y := z(c), [c] * n, ops], [y])),
+        ]:
+            twin(world, ad, method, build)
