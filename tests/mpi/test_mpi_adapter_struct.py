@@ -194,10 +194,15 @@ def test_free_frees_once(world, adapter):
     other.mpi_comm.Free()
     other.Free()
     assert other == MPI.COMM_NULL
-    # Clone, Free: null, as in mpi4py's own test
+    # Clone, Free: null, as in mpi4py's own test; Disconnect and mpi4py's free() alike
     clone = adapter.Clone()
     clone.Free()
     assert clone == MPI.COMM_NULL
+    for how in ("Disconnect", "free"):
+        made = adapter.Dup()
+        inner = made.mpi_comm
+        getattr(made, how)()
+        assert made == MPI.COMM_NULL and inner == MPI.COMM_NULL
     with pytest.raises(MPI.Exception):      # COMM_WORLD cannot be freed
         adapter.Free()
     assert adapter == MPI.COMM_WORLD
