@@ -169,15 +169,16 @@ def test_numpy_counts_and_typecodes(world, ad):
     x = data("float64", int(sc.sum()), r)
     twin(world, ad, "Alltoallv", lambda: ([[x, (sc, sd), "d"],
                                            [y := np.zeros(int(rc.sum())), (rc, rd), "d"]], [y]))
-    twin(world, ad, "Alltoallv", lambda: ([[x, sc, sd, MPI.DOUBLE],
-                                           [y := np.zeros(int(rc.sum())), rc, rd, MPI.DOUBLE]], [y]))
+    twin(world, ad, "Alltoallv",
+         lambda: ([[x, sc, sd, MPI.DOUBLE], [y := np.zeros(int(rc.sum())), rc, rd, MPI.DOUBLE]],
+                  [y]))
     counts = np.arange(n, dtype=np.int64) + 1
     mine = data("int64", r + 1, r)
     twin(world, ad, "Allgatherv", lambda: ([mine, [y := np.zeros(int(counts.sum()), "i8"),
                                                    counts, "l"]], [y]))
     twin(world, ad, "Allgatherv", lambda: ([mine[:1], [y := np.zeros(2 * n, "i8"), np.int64(1),
                                                        np.int32(2), "l"]], [y]))
-    twin(world, ad, "Allreduce", lambda: ([[x := data("int32", 6, r), np.int64(4), "i"],
+    twin(world, ad, "Allreduce", lambda: ([[data("int32", 6, r), np.int64(4), "i"],
                                            [y := np.zeros(6, "i4"), np.int32(4), "i"]], [y]))
 
 

@@ -70,7 +70,7 @@ def _check_native(mine, theirs, r):
 
 
 def test_constructors_return_adapters_on_the_same_context(world, adapter):
-    n, r = world.size, world.rank
+    r = world.rank
     group = adapter.Get_group()
     made = {
         "Dup": (adapter.Dup(), world.Dup()),
