@@ -36,6 +36,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".mpi4py-suite"
 MODULES = ("test_cco_buf", "test_cco_nb_buf", "test_cco_vec", "test_cco_nb_vec")
+# what those modules import from mpi4py's test directory
+SUPPORT = ("arrayimpl.py", "dlpackimpl.py", "mpiunittest.py", "mpitestutil.py")
+REQUIRE = "HPCCOLL_REQUIRE_MPI4PY_SUITE"
+UNAVAILABLE = 3
+
 MODULES += ("test_comm",)   # the communicator itself: constructors, Free, queries, pickling
 # tests that cannot apply to an adapter, each with the reason
 SKIPS = {
@@ -44,10 +49,6 @@ SKIPS = {
     "test_comm.TestCommWorld.testPickle": "an adapter over COMM_WORLD is not COMM_WORLD: it "
     "does not pickle (its hpccoll context is this process's); mpi4py's own pickles by name",
 }
-# what those modules import from mpi4py's test directory
-SUPPORT = ("arrayimpl.py", "dlpackimpl.py", "mpiunittest.py", "mpitestutil.py")
-REQUIRE = "HPCCOLL_REQUIRE_MPI4PY_SUITE"
-UNAVAILABLE = 3
 
 
 def _version() -> str:
