@@ -119,7 +119,7 @@ def markdown(comm_cls, topo_cls) -> str:
         cls = topo_cls if name == "Sub" else comm_cls
         if not hasattr(cls, name):
             continue
-        made = "an adapter on the same context" if _ours(_owner(cls, name)) \
+        made = "an adapter on the same context" if native(cls, name) \
             else "mpi4py's own communicator"
         lines.append(f"| `{name}` | {made} |")
     return "\n".join(lines) + "\n"

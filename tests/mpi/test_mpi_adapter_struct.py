@@ -218,6 +218,9 @@ def test_coverage_cli_prints_the_table():
         assert f"`{op}`" in text
     assert "| `Allreduce` | **native** | **native** |" in text
     assert "| `Alltoallw` | forwarded | forwarded | forwarded |" in text
+    assert "| `Create_cart` | an adapter on the same context |" in text
+    assert "| `Sub` | an adapter on the same context |" in text
+    assert "| `Idup` | mpi4py's own communicator |" in text
 
 
 def test_the_kind_follows_the_handle(world, adapter):
