@@ -31,6 +31,7 @@ MODULES = (
     "hpccoll.core.state",
     "hpccoll.core.communicator",
     "hpccoll.mpi._calls",
+    "hpccoll.mpi._buffers",
     "hpccoll.mpi._comm",
 )
 

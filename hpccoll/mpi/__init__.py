@@ -4,12 +4,13 @@
     import hpccoll.mpi
     comm = hpccoll.mpi.Comm(MPI.COMM_WORLD)   # was: comm = MPI.COMM_WORLD
 
-Buffer collectives (Allreduce, Reduce, Bcast, Allgather(v), Alltoall(v),
-Reduce_scatter(_block), Barrier and their nonblocking forms) run on hpccoll; everything
-else is forwarded to the wrapped communicator.  Importing this module initialises MPI
-(with MPI_THREAD_MULTIPLE), as ``from mpi4py import MPI`` does.  See docs/mpi4py.md.
+``Comm`` is an ``MPI.Intracomm`` (``Cartcomm``, ``Graphcomm``, ``Distgraphcomm``: the
+topology communicators) whose collectives run on hpccoll where hpccoll has them; the
+rest is mpi4py's own, inherited.  ``python -m hpccoll.mpi --coverage`` prints what is
+native.  Importing this module initialises MPI (with MPI_THREAD_MULTIPLE), as
+``from mpi4py import MPI`` does.  See docs/mpi4py.md.
 """
-from ._comm import Comm
+from ._comm import Cartcomm, Comm, Distgraphcomm, Graphcomm
 from ._request import Request
 
-__all__ = ["Comm", "Request"]
+__all__ = ["Comm", "Cartcomm", "Graphcomm", "Distgraphcomm", "Request"]

@@ -18,7 +18,7 @@ import numpy as np
 from ..core import validate
 from ..core.validate import Call
 from ._message import index_array, is_in_place, overlap, simple, vector, view
-from ._types import _ARRAYS, MPI, fast_dtype, native_dtype, native_op
+from ._types import _ARRAYS, MPI, derived_accepts, fast_dtype, native_dtype, native_op
 
 _C_ALIGNED = 0x1 | 0x100     # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
 _WRITEABLE = 0x400
@@ -49,12 +49,18 @@ def _check_root(root: int, size: int) -> None:
         raise MPI.Exception(MPI.ERR_ROOT)
 
 
+def _declared(m):
+    """The datatype the caller passed (``m.datatype`` is what it unrolls to)."""
+    return m.datatype if m.declared is None else m.declared
+
+
 def _same(s, r) -> None:
     """mpi4py's check of a reduction's send and receive buffers."""
-    if s.datatype != r.datatype:
+    if _declared(s) != _declared(r):
         raise ValueError("mismatch in send and receive MPI datatypes")
     if s.count != r.count:
-        raise ValueError(f"mismatch in send count {s.count} and receive count {r.count}")
+        raise ValueError(f"mismatch in send count {s.count // s.scale} and receive count "
+                         f"{r.count // r.scale}")
 
 
 def _alias(x: np.ndarray, y: np.ndarray) -> None:
@@ -76,10 +82,15 @@ def _dtype(r, s=None):
     return dt
 
 
-def _reduction(datatype, op):
-    """(dtype, hpccoll op) for reducing ``datatype`` with ``op``; op None to forward."""
-    dt = native_dtype(datatype)
-    return dt, (None if dt is None else native_op(op, datatype, dt))
+def _reduction(m, op):
+    """(dtype, hpccoll op) for reducing message m's datatype with ``op``; op None to
+    forward (also where MPI does not take a predefined op on the caller's derived type)."""
+    dt = native_dtype(m.datatype)
+    name = None if dt is None else native_op(op, m.datatype, dt)
+    if name is not None and m.declared is not None and \
+            not derived_accepts(op, m.declared, dt, m.scale):
+        name = None
+    return dt, name
 
 
 def _reduce_types(r, s, op):
@@ -90,7 +101,7 @@ def _reduce_types(r, s, op):
         return None
     if s is not None:
         _same(s, r)
-    dt, name = _reduction(r.datatype, op)
+    dt, name = _reduction(r, op)
     return None if name is None else (dt, name)
 
 
@@ -193,7 +204,7 @@ def reduce(hc, sendbuf, recvbuf, op, root):
     if r is not None and s is not None:
         _same(s, r)
     lead = r if r is not None else s
-    dt, name = _reduction(lead.datatype, op)
+    dt, name = _reduction(lead, op)
     if name is None:
         return FORWARD
     if r is None:
@@ -313,7 +324,7 @@ def reduce_scatter(hc, sendbuf, recvbuf, recvcounts, op):
     s = None if is_in_place(sendbuf) else simple(sendbuf, readonly=True)
     if _on_device(r, s):
         return FORWARD
-    dt, name = _reduction(r.datatype, op)
+    dt, name = _reduction(r, op)
     if name is None:
         return FORWARD   # before the counts exchange below: mpi4py makes its own
     if recvcounts is None and s is not None:
@@ -321,10 +332,10 @@ def reduce_scatter(hc, sendbuf, recvbuf, recvcounts, op):
         # nonblocking form)
         counts = tuple(int(c) for c in hc.allgather(np.array([r.count], np.int64)).wait())
     else:
-        counts = index_array(recvcounts, n)
+        counts = tuple(c * r.scale for c in index_array(recvcounts, n))
     total = sum(counts)
     if s is not None:
-        if s.datatype != r.datatype:
+        if _declared(s) != _declared(r):
             raise ValueError("mismatch in send and receive MPI datatypes")
         if s.count != total:
             raise ValueError(f"mismatch in send count {s.count} and sum(counts) {total}")

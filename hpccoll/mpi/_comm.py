@@ -1,43 +1,77 @@
-"""``hpccoll.mpi.Comm``: an mpi4py intracommunicator whose buffer collectives run on hpccoll.
+"""``hpccoll.mpi.Comm``: an mpi4py intracommunicator whose collectives run on hpccoll.
 
     comm = hpccoll.mpi.Comm(MPI.COMM_WORLD)      # the one changed line
     comm.Allreduce(x, y, op=MPI.SUM)              # runs on hpccoll
-    comm.Gather(x, y, root=0)                     # forwarded to MPI.COMM_WORLD
+    isinstance(comm, MPI.Intracomm)               # True: it is one
 
-Natively run methods read their arguments like mpi4py and either start the collective
-on hpccoll or forward the very same call to the wrapped communicator (see
-``_calls.py``).  Every other attribute is the wrapped communicator's.  ``stats`` counts,
-per method, the calls that ran natively and those forwarded.
+The adapter classes subclass mpi4py's (``Comm`` is an ``MPI.Intracomm``, ``Cartcomm`` an
+``MPI.Cartcomm``, ...) and share the wrapped communicator's MPI handle, so everything they
+do not run natively is mpi4py's own method, inherited.  Their native collectives come from
+three mixins, one place each for every adapter class: ``BufferCalls`` (``_buffers.py``),
+``ObjectCalls`` (``_objects.py``), ``RootedCalls`` (``_rooted.py``).  The collectives
+inherited from mpi4py are wrapped so that ``stats`` counts them as forwarded
+(``_coverage.py``: the table of what is native, generated from these classes).
+
+Constructors (``Dup``, ``Split``, ``Create_cart``, ...) return adapters on the same hpccoll
+context; ``Free`` frees the MPI communicator and the hpccoll one.
 """
 from __future__ import annotations
 
+import ctypes
 from collections import defaultdict
 
 from ..core.context import init
 from ..errors import ArgumentError
 from . import _calls as calls
-from ._request import Request
+from . import _coverage as coverage
+from ._buffers import BufferCalls
 from ._objects import ObjectCalls
+from ._request import Request
 from ._rooted import RootedCalls
 from ._types import MPI
 
+_HANDLE_BYTES = MPI._sizeof(MPI.Comm)
 
-class Comm(ObjectCalls, RootedCalls):
-    """mpi4py's ``Intracomm`` with hpccoll under its buffer collectives.
+
+def _copy_handle(dst, src) -> None:
+    """dst's MPI handle := src's.  mpi4py offers no setter; this is what it does itself when
+    MPI_Comm_free nulls the object it was called on, and keeps two objects that share one
+    handle from freeing it twice.  (Collecting either object frees nothing: mpi4py 4 frees
+    no communicator on garbage collection.)"""
+    ctypes.memmove(MPI._addressof(dst), MPI._addressof(src), _HANDLE_BYTES)
+
+
+class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
+    """mpi4py's ``Intracomm`` with hpccoll under its collectives.
 
     ``Comm(comm, **init_options)`` starts an hpccoll context on ``comm`` (collective,
     like ``hpccoll.init(comm, **init_options)``: policy, timeout, engine knobs).
-    ``Comm(comm, context=ctx)`` runs on an existing context instead.  ``Dup``, ``Clone``,
-    ``Split`` and ``Split_type`` return adapters on the same context, so collectives of
-    all of them share one engine (and its deadlock-free scheduling)."""
+    ``Comm(comm, context=ctx)`` runs on an existing context instead.  A topology
+    communicator gets the adapter of its kind (``Cartcomm``, ``Graphcomm``,
+    ``Distgraphcomm``).  Constructors return adapters on the same context, so collectives
+    of all of them share one engine (and its deadlock-free scheduling)."""
+
+    _kind = MPI.Intracomm     # the mpi4py class this adapter class is one of
+
+    @staticmethod   # (what Python makes of a __new__; said, for the compiled form)
+    def __new__(cls, comm=None, context=None, **init_options):
+        # Intracomm's, for the topology adapters too: Python takes the layout of every
+        # adapter class from its first base, Comm, whose static base is Intracomm
+        if comm is None:   # mpi4py's own constructors make bare objects: a null handle
+            return MPI.Intracomm.__new__(cls)
+        mpi_comm = comm._mpi if isinstance(comm, Comm) else comm
+        if cls is Comm:
+            cls = _adapter_class(mpi_comm)
+        else:   # mpi4py's TypeError for a communicator of another kind
+            cls._kind(mpi_comm)
+        # mpi4py's TypeError for what is not an intracommunicator
+        return MPI.Intracomm.__new__(cls, mpi_comm)
 
     def __init__(self, comm, context=None, **init_options):
         if isinstance(comm, Comm):
             comm = comm._mpi
-        if isinstance(comm, MPI.Comm) and comm == MPI.COMM_NULL:
+        if comm == MPI.COMM_NULL:
             raise ArgumentError("comm: expected a communicator this rank belongs to, got COMM_NULL")
-        if not isinstance(comm, MPI.Intracomm):
-            raise TypeError(f"comm: expected an mpi4py intracommunicator, got {type(comm).__name__}")
         if context is None:
             ctx = init(comm, **init_options)
             hc = ctx.world
@@ -59,23 +93,23 @@ class Comm(ObjectCalls, RootedCalls):
         self._last_bcast = [None, None, 0, None, None]
         self._last_allreduce = [None, None, None, 0, 0, None, None]
 
-    def _child(self, mpi_comm):
-        if mpi_comm == MPI.COMM_NULL:
-            return mpi_comm
-        child = Comm.__new__(Comm)
-        child._setup(mpi_comm, self._ctx, self._ctx.wrap(mpi_comm))
-        return child
-
     def __repr__(self) -> str:
         if "_mpi" not in self.__dict__:
-            return "<hpccoll.mpi.Comm (not constructed)>"
+            return f"<hpccoll.mpi.{type(self).__name__} (not constructed)>"
         state = " freed" if self._freed else ""
-        return f"<hpccoll.mpi.Comm rank {self.rank} of {self.size}{state} over {self._mpi!r}>"
+        return (f"<hpccoll.mpi.{type(self).__name__} rank {self._hc.rank} of {self._hc.size}"
+                f"{state} over {self._mpi!r}>")
+
+    def __reduce__(self):
+        # mpi4py pickles predefined communicators by name; an adapter carries this
+        # process's hpccoll context, which no other process has
+        raise ValueError(f"cannot serialize 'hpccoll.mpi.{type(self).__name__}' instance "
+                         "(it runs on this process's hpccoll context; pickle comm.mpi_comm)")
 
     # -- what it wraps ------------------------------------------------------------------
     @property
     def mpi_comm(self):
-        """The wrapped mpi4py communicator (forwarded calls run on it)."""
+        """The wrapped mpi4py communicator (it shares this adapter's MPI handle)."""
         return self._mpi
 
     @property
@@ -85,37 +119,14 @@ class Comm(ObjectCalls, RootedCalls):
 
     @property
     def context(self):
-        """The hpccoll Context (its engine serves this communicator and its Dup/Split
-        children; ``context.close()`` is collective)."""
+        """The hpccoll Context (its engine serves this communicator and the ones made from
+        it; ``context.close()`` is collective)."""
         return self._ctx
 
     @property
     def stats(self) -> dict:
         """{method: {"native": calls run on hpccoll, "forwarded": calls run by mpi4py}}."""
         return {name: dict(counts) for name, counts in self._stats.items()}
-
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        attr = getattr(self._mpi, name)
-        if not callable(attr):
-            return attr
-        stats = self._stats
-
-        def forwarded(*args, **kwargs):
-            stats[name]["forwarded"] += 1
-            return attr(*args, **kwargs)
-        forwarded.__name__ = name
-        forwarded.__doc__ = attr.__doc__
-        # kept: the next call finds it with one attribute lookup
-        self.__dict__[name] = forwarded
-        return forwarded
-
-    def __setattr__(self, name, value):
-        if name.startswith("_"):
-            object.__setattr__(self, name, value)
-        else:   # mpi4py's settable properties (name, info) belong to the wrapped communicator
-            setattr(self._mpi, name, value)
 
     # -- the engine of every native method ---------------------------------------------
     def _forward(self, name: str, *args):
@@ -149,143 +160,127 @@ class Comm(ObjectCalls, RootedCalls):
         work, request = self._run(name, plan, *args)
         return Request(work) if work is not None else request
 
-    # -- structure ----------------------------------------------------------------------
-    def Get_rank(self) -> int:
-        return self._mpi.Get_rank()
+    # -- constructors: adapters on this context -------------------------------------------
+    def _adopt(self, name: str, made):
+        """An adapter over ``made``, what mpi4py's ``name`` returned (collective over it);
+        MPI's null communicator, for ranks outside the new one, as mpi4py returned it."""
+        self._stats[name]["native"] += 1
+        if made == MPI.COMM_NULL:
+            return made
+        cls = _adapter_class(made)
+        child = cls.__new__(cls, made)
+        child._setup(made, self._ctx, self._ctx.wrap(made))
+        return child
 
-    def Get_size(self) -> int:
-        return self._mpi.Get_size()
+    def Clone(self):
+        return self._adopt("Clone", self._mpi.Clone())
 
-    @property
-    def rank(self) -> int:
-        return self._mpi.Get_rank()
+    def Dup(self, *args, **kwargs):
+        return self._adopt("Dup", self._mpi.Dup(*args, **kwargs))
 
-    @property
-    def size(self) -> int:
-        return self._mpi.Get_size()
+    def Dup_with_info(self, *args, **kwargs):
+        return self._adopt("Dup_with_info", self._mpi.Dup_with_info(*args, **kwargs))
 
-    def Dup(self, info=None) -> "Comm":
-        self._stats["Dup"]["native"] += 1
-        return self._child(self._mpi.Dup() if info is None else self._mpi.Dup(info))
+    def Idup(self, *args, **kwargs):
+        """mpi4py's (communicator, request): the communicator is mpi4py's own (it is not
+        usable before the request completes; wrap it then, with ``context=``)."""
+        self._stats["Idup"]["forwarded"] += 1
+        return self._mpi.Idup(*args, **kwargs)
 
-    def Clone(self) -> "Comm":
-        self._stats["Clone"]["native"] += 1
-        return self._child(self._mpi.Clone())
+    def Idup_with_info(self, *args, **kwargs):
+        self._stats["Idup_with_info"]["forwarded"] += 1
+        return self._mpi.Idup_with_info(*args, **kwargs)
 
-    def Split(self, color: int = 0, key: int = 0):
-        """An adapter for this rank's part, or MPI.COMM_NULL for color MPI.UNDEFINED."""
-        self._stats["Split"]["native"] += 1
-        return self._child(self._mpi.Split(color, key))
+    Idup.forwarded = Idup_with_info.forwarded = True   # (in the coverage table)
 
-    def Split_type(self, split_type: int, key: int = 0, info=MPI.INFO_NULL):
-        self._stats["Split_type"]["native"] += 1
-        return self._child(self._mpi.Split_type(split_type, key, info))
+    def Create(self, *args, **kwargs):
+        return self._adopt("Create", self._mpi.Create(*args, **kwargs))
 
+    def Create_group(self, *args, **kwargs):
+        return self._adopt("Create_group", self._mpi.Create_group(*args, **kwargs))
+
+    def Split(self, *args, **kwargs):
+        """An adapter for this rank's part, or MPI's null communicator for MPI.UNDEFINED."""
+        return self._adopt("Split", self._mpi.Split(*args, **kwargs))
+
+    def Split_type(self, *args, **kwargs):
+        return self._adopt("Split_type", self._mpi.Split_type(*args, **kwargs))
+
+    def Create_cart(self, *args, **kwargs):
+        """A ``Cartcomm`` adapter (MPI's null communicator off the grid)."""
+        return self._adopt("Create_cart", self._mpi.Create_cart(*args, **kwargs))
+
+    def Create_graph(self, *args, **kwargs):
+        return self._adopt("Create_graph", self._mpi.Create_graph(*args, **kwargs))
+
+    def Create_dist_graph(self, *args, **kwargs):
+        return self._adopt("Create_dist_graph", self._mpi.Create_dist_graph(*args, **kwargs))
+
+    def Create_dist_graph_adjacent(self, *args, **kwargs):
+        return self._adopt("Create_dist_graph_adjacent",
+                           self._mpi.Create_dist_graph_adjacent(*args, **kwargs))
+
+    # -- destructors ----------------------------------------------------------------------
     def Free(self) -> None:
-        """Free the wrapped communicator (as mpi4py does: MPI.COMM_WORLD raises) and the
-        hpccoll communicator over it.  Like MPI_Comm_free it does not synchronize; the
-        hpccoll context stays up for the other adapters on it, until ``context.close()``
-        or the end of the program."""
-        self._mpi.Free()
-        self._stats["Free"]["native"] += 1
+        """Free the MPI communicator (as mpi4py does: MPI.COMM_WORLD raises) and the hpccoll
+        communicator over it.  Like MPI_Comm_free it does not synchronize; the hpccoll
+        context stays up for the other adapters on it, until ``context.close()`` or the
+        end of the program.  Afterwards this adapter and the wrapped communicator both
+        equal MPI.COMM_NULL; if the wrapped one was freed first, the handle is not freed
+        again."""
+        self._release(self._mpi.Free, "Free")
+
+    def Disconnect(self) -> None:
+        self._release(self._mpi.Disconnect, "Disconnect")
+
+    def _release(self, free, name: str) -> None:
+        if self._freed or self._mpi != self:
+            # freed already, through this adapter (MPI's own error, from the null handle)
+            # or through the wrapped communicator (only this object's copy is left)
+            if self._freed:
+                getattr(MPI.Intracomm, name)(self)
+            _copy_handle(self, self._mpi)
+        else:
+            free()     # MPI's errors (COMM_WORLD) raise here, before anything changes
+            _copy_handle(self, self._mpi)
+        self._stats[name]["native"] += 1
         self._freed = True
         self._hc.free()
 
-    # -- blocking collectives -------------------------------------------------------------
-    def Barrier(self) -> None:
-        self._blocking("Barrier", calls.barrier)
 
-    def Bcast(self, buf, root: int = 0) -> None:
-        # the adapter's per-call cost: read, count, run (what _blocking does, unrolled)
-        if self._freed:
-            raise MPI.Exception(MPI.ERR_COMM)
-        last = self._last_bcast
-        if (buf is last[0] and root == last[1] and buf.flags.num == last[2]
-                and buf.dtype is last[3] and buf.ndim == 1):
-            call = last[4]    # the same small array again, unchanged: read already
-        else:
-            call = calls.bcast(self._hc, buf, root)
-            if call is calls.FORWARD:
-                self._forward("Bcast", buf, root)
-                return
-            if call.send is buf and buf.nbytes <= calls.RECENT_BYTES:
-                last[:] = buf, root, buf.flags.num, buf.dtype, call
-        self._stats["Bcast"]["native"] += 1
-        self._st.issue(call, None, self._blocks).wait()
+class Cartcomm(Comm, MPI.Cartcomm):
+    """mpi4py's ``Cartcomm`` with hpccoll under its collectives (``Create_cart``, ``Sub``);
+    the topology queries are mpi4py's."""
 
-    def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root: int = 0) -> None:
-        self._blocking("Reduce", calls.reduce, sendbuf, recvbuf, op, root)
+    _kind = MPI.Cartcomm
 
-    def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
-        if self._freed:           # as Bcast: _blocking unrolled, the last Call kept
-            raise MPI.Exception(MPI.ERR_COMM)
-        last = self._last_allreduce
-        if (recvbuf is last[1] and sendbuf is last[0] and op is last[2]
-                and recvbuf.flags.num == last[4] and recvbuf.dtype is last[5]
-                and recvbuf.ndim == 1 and (sendbuf is MPI.IN_PLACE or (
-                    sendbuf.flags.num == last[3] and sendbuf.dtype is last[5]
-                    and sendbuf.ndim == 1))):
-            call = last[6]
-        else:
-            call = calls.allreduce(self._hc, sendbuf, recvbuf, op)
-            if call is calls.FORWARD:
-                self._forward("Allreduce", sendbuf, recvbuf, op)
-                return
-            if (call.recv is recvbuf and recvbuf.nbytes <= calls.RECENT_BYTES
-                    and (call.send is sendbuf or sendbuf is MPI.IN_PLACE)):
-                last[:] = (sendbuf, recvbuf, op,
-                           0 if sendbuf is MPI.IN_PLACE else sendbuf.flags.num,
-                           recvbuf.flags.num, recvbuf.dtype, call)
-        self._stats["Allreduce"]["native"] += 1
-        self._st.issue(call, None, self._blocks).wait()
+    def Sub(self, *args, **kwargs):
+        return self._adopt("Sub", self._mpi.Sub(*args, **kwargs))
 
-    def Allgather(self, sendbuf, recvbuf) -> None:
-        self._blocking("Allgather", calls.allgather, sendbuf, recvbuf)
 
-    def Allgatherv(self, sendbuf, recvbuf) -> None:
-        self._blocking("Allgatherv", calls.allgatherv, sendbuf, recvbuf)
+class Graphcomm(Comm, MPI.Graphcomm):
+    """mpi4py's ``Graphcomm`` with hpccoll under its collectives (``Create_graph``)."""
 
-    def Alltoall(self, sendbuf, recvbuf) -> None:
-        self._blocking("Alltoall", calls.alltoall, sendbuf, recvbuf)
+    _kind = MPI.Graphcomm
 
-    def Alltoallv(self, sendbuf, recvbuf) -> None:
-        self._blocking("Alltoallv", calls.alltoallv, sendbuf, recvbuf)
 
-    def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
-        self._blocking("Reduce_scatter_block", calls.reduce_scatter_block, sendbuf, recvbuf, op)
+class Distgraphcomm(Comm, MPI.Distgraphcomm):
+    """mpi4py's ``Distgraphcomm`` with hpccoll under its collectives
+    (``Create_dist_graph``, ``Create_dist_graph_adjacent``)."""
 
-    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM) -> None:
-        self._blocking("Reduce_scatter", calls.reduce_scatter, sendbuf, recvbuf, recvcounts, op)
+    _kind = MPI.Distgraphcomm
 
-    # -- nonblocking collectives: hpccoll.mpi.Request, or MPI.Request when forwarded ----
-    def Ibarrier(self):
-        return self._nonblocking("Ibarrier", calls.barrier)
 
-    def Ibcast(self, buf, root: int = 0):
-        return self._nonblocking("Ibcast", calls.bcast, buf, root)
+_TOPOLOGIES = {MPI.CART: Cartcomm, MPI.GRAPH: Graphcomm, MPI.DIST_GRAPH: Distgraphcomm}
 
-    def Ireduce(self, sendbuf, recvbuf, op=MPI.SUM, root: int = 0):
-        return self._nonblocking("Ireduce", calls.reduce, sendbuf, recvbuf, op, root)
 
-    def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM):
-        return self._nonblocking("Iallreduce", calls.allreduce, sendbuf, recvbuf, op)
+def _adapter_class(mpi_comm):
+    """The adapter class for a communicator, by its handle's topology (as mpi4py's own
+    constructors judge it, not by its Python class)."""
+    if isinstance(mpi_comm, MPI.Comm) and mpi_comm != MPI.COMM_NULL and not mpi_comm.Is_inter():
+        return _TOPOLOGIES.get(mpi_comm.Get_topology(), Comm)
+    return Comm   # mpi4py's constructor raises its TypeError for anything else
 
-    def Iallgather(self, sendbuf, recvbuf):
-        return self._nonblocking("Iallgather", calls.allgather, sendbuf, recvbuf)
 
-    def Iallgatherv(self, sendbuf, recvbuf):
-        return self._nonblocking("Iallgatherv", calls.allgatherv, sendbuf, recvbuf)
-
-    def Ialltoall(self, sendbuf, recvbuf):
-        return self._nonblocking("Ialltoall", calls.alltoall, sendbuf, recvbuf)
-
-    def Ialltoallv(self, sendbuf, recvbuf):
-        return self._nonblocking("Ialltoallv", calls.alltoallv, sendbuf, recvbuf)
-
-    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM):
-        return self._nonblocking("Ireduce_scatter_block", calls.reduce_scatter_block,
-                                 sendbuf, recvbuf, op)
-
-    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
-        return self._nonblocking("Ireduce_scatter", calls.reduce_scatter, sendbuf, recvbuf,
-                                 recvcounts, op)
+for _cls in (Comm, Cartcomm, Graphcomm, Distgraphcomm):
+    coverage.install_forwarders(_cls)

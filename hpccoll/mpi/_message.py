@@ -9,7 +9,10 @@ The forms (mpi4py's "message" specifications):
     v-forms: counts/displs are a sequence (one per rank), an integer (same count, or
     stride), or None (the buffer split evenly / blocks back to back).
 
-``None`` and MPI.BOTTOM as ``buf`` stand for an empty buffer and need a datatype.
+``None`` and MPI.BOTTOM as ``buf`` stand for an empty buffer and need a datatype.  A
+derived datatype that is k entries of one predefined type back to back (``_types.unroll``)
+is read as those entries: counts and displacements times k, the caller's datatype kept
+as ``declared`` for mpi4py's checks.
 Parsing follows mpi4py's order of checks, so a malformed argument raises the exception
 type mpi4py raises.  Where mpi4py would hand MPI a count that runs past the end of the
 buffer, the views made here raise ValueError instead of touching foreign memory.
@@ -23,7 +26,8 @@ from typing import Any, NamedTuple, Optional
 import mpi4py
 import numpy as np
 
-from ._types import MPI
+from . import _dlpack
+from ._types import MPI, unroll
 
 # mpi4py 4 takes None for MPI.IN_PLACE (and for MPI.BOTTOM)
 _NONE_IS_SPECIAL = int(mpi4py.__version__.split(".")[0]) >= 4
@@ -36,10 +40,12 @@ _LITTLE = sys.byteorder == "little"
 class Message(NamedTuple):
     obj: Any                      # the buffer object (None: no buffer)
     base: Optional[np.ndarray]    # its bytes, flat uint8 (None: no buffer or a device buffer)
-    datatype: Any                 # MPI.Datatype
-    count: int                    # entries (per block when parsed with blocks > 1)
+    datatype: Any                 # MPI.Datatype: predefined, where the caller's unrolls
+    count: int                    # entries of it (per block when parsed with blocks > 1)
     offset: int                   # bytes from the buffer's start (the displacement)
     device: bool = False          # DLPack / CUDA array interface only: not parsed, forwarded
+    declared: Any = None          # the caller's datatype, where it was unrolled (_types.unroll)
+    scale: int = 1                # entries of ``datatype`` per entry of ``declared``
 
 
 class VMessage(NamedTuple):
@@ -50,6 +56,8 @@ class VMessage(NamedTuple):
     displs: tuple                 # entries from the buffer's start, per rank
     device: bool = False
     offset: int = 0               # v-forms have no message displacement
+    declared: Any = None
+    scale: int = 1
 
 
 def is_in_place(obj) -> bool:
@@ -88,6 +96,15 @@ def _is_device(obj) -> bool:
 def _on_device(buf) -> bool:
     """A device array (CuPy, PyTorch, ...): mpi4py handles it, the adapter forwards."""
     return not _is_bottom(buf) and not _is_buffer(buf) and _is_device(buf)
+
+
+def _host(buf):
+    """A DLPack producer in host memory without the buffer protocol (mpi4py asks the buffer
+    protocol first) as a NumPy view of its memory; anything else as it is."""
+    if isinstance(buf, np.ndarray) or not _dlpack.is_host(buf) or _is_buffer(buf):
+        return buf
+    arr = _dlpack.host_array(buf)
+    return buf if arr is None else arr
 
 
 def _split(msg, vector: bool):
@@ -199,6 +216,7 @@ def _extent(datatype, what: str) -> tuple:
 def simple(msg, readonly: bool, blocks: int = 0) -> Message:
     """One buffer with one count; ``blocks`` > 1: the inferred count is per block."""
     buf, count, displ, typ = _split(msg, vector=False)
+    buf = _host(buf)
     if _on_device(buf):
         return Message(buf, None, None, 0, 0, device=True)
     base, datatype = _buffer(buf, typ, readonly)
@@ -235,11 +253,27 @@ def simple(msg, readonly: bool, blocks: int = 0) -> Message:
             count //= blocks
     else:
         count = 0
+    if not datatype.is_predefined and (u := unroll(datatype)) is not None:
+        return Message(buf, base, u[0], count * u[1], offset, False, datatype, u[1])
     return Message(buf, base, datatype, count, offset)
 
 
 def _is_integral(obj) -> bool:
-    return hasattr(type(obj), "__index__")
+    """mpi4py's test of a count or stride argument: an index that is not a sized sequence
+    (a NumPy array of counts has __index__ too; a 0-d one is an integer)."""
+    if not hasattr(type(obj), "__index__"):
+        return False
+    try:
+        len(obj)
+    except TypeError:
+        pass
+    else:
+        return False
+    try:
+        operator.index(obj)
+    except TypeError:
+        return False
+    return True
 
 
 def index_array(obj, n: int) -> tuple:
@@ -252,6 +286,7 @@ def index_array(obj, n: int) -> tuple:
 def vector(msg, readonly: bool, blocks: int) -> VMessage:
     """One buffer with a count and displacement per rank (the v-forms)."""
     buf, counts, displs, typ = _split(msg, vector=True)
+    buf = _host(buf)
     if _on_device(buf):
         return VMessage(buf, None, None, (), (), device=True)
     base, datatype = _buffer(buf, typ, readonly)
@@ -275,6 +310,10 @@ def vector(msg, readonly: bool, blocks: int) -> VMessage:
         displs = tuple(stride * i for i in range(blocks))
     else:
         displs = index_array(displs, blocks)
+    if not datatype.is_predefined and (u := unroll(datatype)) is not None:
+        k = u[1]
+        return VMessage(buf, base, u[0], tuple(c * k for c in counts),
+                        tuple(d * k for d in displs), False, 0, datatype, k)
     return VMessage(buf, base, datatype, counts, displs)
 
 

@@ -79,6 +79,35 @@ def _lookup(datatype) -> Optional[np.dtype]:
     return dt
 
 
+def unroll(datatype):
+    """(predefined datatype, k) when ``datatype`` is k entries of one predefined type back to
+    back, as MPI moves it: a chain of ``Dup``, ``Create_contiguous`` and vectors whose stride
+    is their block (what ``mpi4py.util.dtlib.from_numpy_dtype`` makes of NumPy's types and
+    subarrays); None for a truly derived type (gaps, resized, several types).  Not cached:
+    MPI may give a freed derived type's handle to the next one."""
+    k, t = 1, datatype
+    while not t.is_predefined:
+        try:
+            old, combiner, p = t.decode()
+        except MPI.Exception:
+            return None
+        if combiner == "CONTIGUOUS":
+            k *= p["count"]
+        elif combiner in ("VECTOR", "HVECTOR"):
+            step = p["blocklength"] * (1 if combiner == "VECTOR" else old.Get_extent()[1])
+            if p["count"] > 1 and p["stride"] != step:
+                return None
+            k *= p["count"] * p["blocklength"]
+        elif combiner != "DUP":
+            return None
+        t = old
+    lb, extent = t.Get_extent()
+    if k == 0 or datatype.Get_extent() != (lb, k * extent) or \
+            datatype.Get_size() != k * t.Get_size():
+        return None
+    return t, k
+
+
 def op_name(op) -> Optional[str]:
     """hpccoll's name for a predefined MPI op, or None (user-defined, MAXLOC, REPLACE, ...)."""
     return op_of_mpi(op)
@@ -105,15 +134,23 @@ def native_op(op, datatype, dt: np.dtype) -> Optional[str]:
     return name if _accepts[key] else None
 
 
-def _mpi_accepts(op, datatype, dt: np.dtype) -> bool:
+def _mpi_accepts(op, datatype, dt: np.dtype, k: int = 1) -> bool:
     """Whether this MPI defines ``op`` on ``datatype`` (MPI_SUM on MPI_BYTE, MPI_MAX on a
-    complex type, MPI_LAND on a float are errors): one local reduction, no communication."""
-    a, b = np.zeros(1, dt), np.zeros(1, dt)
+    complex type, MPI_LAND on a float are errors; a predefined op on a derived type is an
+    extension of some MPIs), ``datatype`` being k entries of ``dt``: one local reduction,
+    no communication."""
+    a, b = np.zeros(k, dt), np.zeros(k, dt)
     try:
         op.Reduce_local([a, 1, datatype], [b, 1, datatype])
     except MPI.Exception:
         return False
     return True
+
+
+def derived_accepts(op, datatype, dt: np.dtype, k: int) -> bool:
+    """``_mpi_accepts`` for a derived datatype of k entries of ``dt`` (asked every time: a
+    derived type's handle may be reused)."""
+    return _mpi_accepts(op, datatype, dt, k)
 
 
 _PREDEFINED = {id(op) for op in (MPI.SUM, MPI.PROD, MPI.MIN, MPI.MAX, MPI.LAND, MPI.LOR,

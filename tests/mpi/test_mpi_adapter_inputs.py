@@ -154,3 +154,173 @@ def test_read_only_root_buffer_in_bcast(world, ad, dtype):
                 twin(world, ad, "Ibcast", lambda: build(form))
     # the communicator is still usable
     twin(world, ad, "Allreduce", lambda: ([np.arange(5) + r, y := np.zeros(5, int)], [y]))
+
+
+def test_numpy_counts_and_typecodes(world, ad):
+    """Counts and displacements as NumPy arrays, a NumPy integer as a count, a typecode for
+    the datatype (as mpipartition passes them): mpi4py takes them, so does the adapter,
+    natively (a NumPy array of counts has __index__ too: it was read as one integer)."""
+    n, r = world.size, world.rank
+    C = [[(q + 2 * p) % 3 for p in range(n)] for q in range(n)]
+    sc = np.array(C[r], np.int32)
+    rc = np.array([C[q][r] for q in range(n)], np.int32)
+    sd = np.insert(np.cumsum(sc)[:-1], 0, 0).astype(np.int32)
+    rd = np.insert(np.cumsum(rc)[:-1], 0, 0)
+    x = data("float64", int(sc.sum()), r)
+    twin(world, ad, "Alltoallv", lambda: ([[x, (sc, sd), "d"],
+                                           [y := np.zeros(int(rc.sum())), (rc, rd), "d"]], [y]))
+    twin(world, ad, "Alltoallv",
+         lambda: ([[x, sc, sd, MPI.DOUBLE], [y := np.zeros(int(rc.sum())), rc, rd, MPI.DOUBLE]],
+                  [y]))
+    counts = np.arange(n, dtype=np.int64) + 1
+    mine = data("int64", r + 1, r)
+    twin(world, ad, "Allgatherv", lambda: ([mine, [y := np.zeros(int(counts.sum()), "i8"),
+                                                   counts, "l"]], [y]))
+    twin(world, ad, "Allgatherv", lambda: ([mine[:1], [y := np.zeros(2 * n, "i8"), np.int64(1),
+                                                       np.int32(2), "l"]], [y]))
+    twin(world, ad, "Allreduce", lambda: ([[data("int32", 6, r), np.int64(4), "i"],
+                                           [y := np.zeros(6, "i4"), np.int32(4), "i"]], [y]))
+
+
+def _unrolled_types():
+    """Derived datatypes that are k entries of one predefined type back to back, with k."""
+    from mpi4py.util import dtlib
+    return [("contiguous", MPI.INT.Create_contiguous(4).Commit(), "int32", 4),
+            ("dup", MPI.DOUBLE.Dup().Commit(), "float64", 1),
+            ("vector, stride = block", MPI.INT64_T.Create_vector(3, 2, 2).Commit(), "int64", 6),
+            ("hvector of contiguous", MPI.FLOAT.Create_contiguous(2).Commit()
+             .Create_hvector(2, 1, 8).Commit(), "float32", 4),
+            ("dtlib subarray", dtlib.from_numpy_dtype(np.dtype(("i2", (3,)))).Commit(), "int16", 3),
+            ("dtlib float64", dtlib.from_numpy_dtype(np.dtype("f8")).Commit(), "float64", 1)]
+
+
+def test_contiguous_derived_datatypes_run_natively(world, ad):
+    """A derived datatype that is k entries of one predefined type back to back (mpi4py's
+    dtlib makes them of NumPy dtypes) moves natively as those entries, in every data
+    movement collective; a reduction on it goes to MPI when MPI does not define the op on
+    it (MPICH does not: the same error as mpi4py's), natively where it does; a type with
+    gaps is forwarded."""
+    n, r = world.size, world.rank
+    for what, T, dtype, k in _unrolled_types():
+        assert hpccoll.mpi._types.unroll(T)[1] == k, what
+        m = 2      # entries of T per block
+        x = data(dtype, n * m * k, r)
+
+        def z(entries):
+            return np.zeros(entries * k, dtype)
+        twin(world, ad, "Bcast", lambda: ([[b := x.copy(), n * m, T], n - 1], [b]))
+        twin(world, ad, "Ibcast", lambda: ([[b := x.copy(), (1, 1), T], 0], [b]))
+        twin(world, ad, "Allgather", lambda: ([[x, m, T], [y := z(n * m), T]], [y]))
+        twin(world, ad, "Allgather",     # the same signature: T against its entries
+             lambda: ([[x, m, T], [y := z(n * m), MPI._typedict[np.dtype(dtype).char]]], [y]))
+        twin(world, ad, "Alltoall", lambda: ([[x, T], [y := z(n * m), T]], [y]))
+        counts = [1 + i % 2 for i in range(n)]          # rank i's share
+        twin(world, ad, "Allgatherv",
+             lambda: ([[x, counts[r], T], [y := z(sum(counts)), counts, T]], [y]))
+        pairs = [1 + (r + i) % 2 for i in range(n)]     # to and from rank i: symmetric
+        displs = [2 * i for i in range(n)]
+        twin(world, ad, "Alltoallv", lambda: ([[x, pairs, displs, T],
+                                               [y := z(2 * n), pairs, displs, T]], [y]))
+        outcome = {}
+        for who, comm in (("mpi4py", world), ("adapter", ad)):
+            y = z(m)
+            try:
+                comm.Allreduce([x[:m * k], m, T], [y, m, T], op=MPI.SUM)
+                outcome[who] = y
+            except MPI.Exception as exc:
+                outcome[who] = exc.Get_error_class()
+        if isinstance(outcome["mpi4py"], int):
+            assert outcome["adapter"] == outcome["mpi4py"], what
+        else:
+            np.testing.assert_array_equal(outcome["adapter"], outcome["mpi4py"], err_msg=what)
+        T.Free()
+    for gappy in (MPI.INT.Create_vector(2, 1, 2).Commit(),
+                  MPI.INT.Create_resized(0, 8).Commit()):
+        twin(world, ad, "Bcast", lambda: ([[b := data("int32", 8, r), 2, gappy], 0], [b]),
+             native=False)
+        gappy.Free()
+
+
+class HostDLPack:
+    """A DLPack producer over a NumPy array, without the buffer protocol (as mpi4py's own
+    DLPack test arrays): DLPack 1.x capsules, read-only flag included."""
+
+    def __init__(self, arr):
+        self.arr = arr
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs):
+        return self.arr.__dlpack__(**kwargs)
+
+
+class LegacyDLPack(HostDLPack):
+    """Only the legacy (unversioned) capsule: mpi4py takes its memory as writable."""
+
+    def __dlpack__(self, stream=None):
+        return self.arr.__dlpack__()
+
+
+@pytest.mark.parametrize("kind", [HostDLPack, LegacyDLPack], ids=["versioned", "legacy"])
+def test_host_dlpack_arrays_run_natively(world, ad, kind):
+    """A DLPack producer in host memory runs natively, its memory read and written in place
+    (numpy.from_dlpack would make a legacy capsule's memory read-only); a read-only one
+    (versioned capsule) is a send buffer, and as a receive buffer raises BufferError, as
+    with mpi4py."""
+    n, r = world.size, world.rank
+    for c in COUNTS[:2] + [0]:
+        x = data("int64", n * c, r)
+        twin(world, ad, "Allreduce", lambda: ([kind(x), kind(y := np.zeros(n * c, "i8"))], [y]))
+        twin(world, ad, "Iallreduce",
+             lambda: ([MPI.IN_PLACE, kind(b := x.copy()), MPI.MAX], [b]))
+        twin(world, ad, "Alltoall", lambda: ([kind(x), [kind(y := np.zeros(n * c, "i8")),
+                                                        MPI.INT64_T]], [y]))
+        twin(world, ad, "Bcast", lambda: ([kind(b := x.reshape(n, c).copy()), n - 1], [b]))
+        twin(world, ad, "Allgatherv", lambda: ([[kind(x[:c]), "l"],
+                                                [kind(y := np.zeros(n * c, "i8")), [c] * n]], [y]))
+    if kind is HostDLPack:
+        ro = data("float64", 4, r)
+        ro.flags.writeable = False
+        twin(world, ad, "Allreduce", lambda: ([kind(ro), kind(y := np.zeros(4))], [y]))
+        for comm in (world, ad):
+            with pytest.raises(BufferError):
+                comm.Allreduce(np.ones(4), kind(ro))
+
+
+def _read_only(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("form", ["array", "bytes", "typed bytes"])
+def test_read_only_send_buffers_everywhere(world, ad, form):
+    """mpi4py takes a read-only send buffer (a frozen array, bytes) in every collective:
+    so does the adapter, natively, at sizes for MPI's own, shared-memory and ring paths."""
+    n, r = world.size, world.rank
+    for c in COUNTS:
+        def send(a):
+            if form == "array":
+                return _read_only(a)
+            if form == "bytes":     # bytes export format 'B': uint8 data only
+                return bytes(a.view(np.uint8))
+            return [bytes(a), MPI._typedict[a.dtype.char]]
+        dt = "uint8" if form == "bytes" else "int32"
+        x, xs = data(dt, c, r), data(dt, n * c, r, salt=1)
+        counts = [c + i for i in range(n)]
+        xv = data(dt, counts[r], r, salt=2)
+        z = lambda k: np.zeros(k, dt)   # noqa: E731
+        ops = MPI.MAX if dt == "uint8" else MPI.SUM
+        for method, build in [
+            ("Allreduce", lambda: ([send(x), y := z(c), ops], [y])),
+            ("Iallreduce", lambda: ([send(x), y := z(c), ops], [y])),
+            ("Reduce", lambda: ([send(x), y := z(c), ops, n - 1], [y] if r == n - 1 else [])),
+            ("Allgather", lambda: ([send(x), y := z(n * c)], [y])),
+            ("Allgatherv", lambda: ([send(xv), [y := z(sum(counts)), counts]], [y])),
+            ("Alltoall", lambda: ([send(xs), y := z(n * c)], [y])),
+            ("Ialltoallv", lambda: ([send(xs), y := z(n * c)], [y])),
+            ("Reduce_scatter_block", lambda: ([send(xs), y := z(c), ops], [y])),
+            ("Reduce_scatter", lambda: ([send(xs), y := z(c), [c] * n, ops], [y])),
+        ]:
+            twin(world, ad, method, build)

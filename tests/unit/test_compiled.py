@@ -34,6 +34,7 @@ def test_both_forms_leave_the_same_tasks_ledgers_and_flight_rows(tmp_path, optio
     built = [m for m in compiled[0]["compiled"]]
     if REQUIRED:      # CI builds them: the comparison must be of two forms
         missing = sorted(set(_compiled.MODULES) - set(built) - {"hpccoll.mpi._calls",
+                                                               "hpccoll.mpi._buffers",
                                                                "hpccoll.mpi._comm"})
         assert not missing, f"not compiled: {missing}"
     elif not built:
