@@ -82,7 +82,7 @@ class _Timer:
     def use(self, coll: str, cand: Optional[str]) -> None:
         st = self.st
         st.prefer = {coll: cand} if cand else {}
-        st.plans = self.caches.setdefault(cand, {}) if cand else self.builtin_plans
+        st.use_plans(self.caches.setdefault(cand, {}) if cand else self.builtin_plans)
 
     def algo(self, coll, send, recv) -> str:
         w = _issue(self.comm, coll, send, recv)
@@ -106,9 +106,10 @@ class _Timer:
         persistent requests."""
         st = self.st
         st.prefer = {}
-        st.plans = dict(self.builtin_plans)
+        merged = dict(self.builtin_plans)
         for cand, plans in self.caches.items():
-            st.plans.update({(cand,) + tuple(k): p for k, p in plans.items()})
+            merged.update({(cand,) + tuple(k): p for k, p in plans.items()})
+        st.use_plans(merged)
 
 
 def measure_comm(comm, sizes, collectives, buffers, rounds: int, round_s: float,

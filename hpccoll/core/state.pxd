@@ -1,6 +1,7 @@
 # The typed form of core/state.py (hpccoll/_compiled.py).
 cimport cython
 
+from hpccoll.base.mismatch cimport Ledger
 from hpccoll.core.plan cimport Plan, PersistentSet
 from hpccoll.engine.engine cimport Engine
 from hpccoll.core.validate cimport Call
@@ -11,8 +12,9 @@ from hpccoll.engine.task cimport Task, new as new_task, started
 cdef class CommState:
     cdef public Engine engine
     cdef public object ctx, name, uid, lock, broken, unreported, last, limit_error
-    cdef public object live_keys, key_uses, plans, persist, orphans, prefer, pool, ledger
-    cdef public object shm, gate, data, mpi, world_ranks, shape, check
+    cdef public object live_keys, key_uses, plans, persist, orphans, prefer, pool
+    cdef public Ledger ledger
+    cdef public object shm, gate, data, mpi, world_ranks, shape, check, plans_token
     cdef public bint freed, ok
     cdef public long long seq, rank, size, tag_space, limit
     cdef public double noted_at

@@ -68,6 +68,10 @@ class CommState:
         self.live_keys: dict = {}
         self.key_uses: dict = {}       # key -> how many times it was issued (ordered policy)
         self.plans: dict = {}
+        # names the plan cache now in use (use_plans): a kept Call's plan is valid while
+        # it names the same (a token, not the cache itself, which a Call shared by every
+        # communicator, validate.BARRIER, would keep alive with all its plans)
+        self.plans_token = object()
         # persistent requests per collective (plan.PersistentSet), made at the same call on
         # every rank, so their insertion order (and eviction) is the same on every rank
         self.persist: dict = {}
@@ -197,9 +201,9 @@ class CommState:
         where registered buffers would take shared memory (``reg_matters``)."""
         cache = self.plans
         plain = not keyed and blocks is None
-        if plain and call.plan_in is cache:
-            # a kept Call (validate.Recent) again: its plan, while this cache holds plans
-            # (a calibration swaps the cache per candidate)
+        if plain and call.plan_in is self.plans_token:
+            # a kept Call (validate.Recent) again: its plan, while this cache is in use (a
+            # calibration swaps the cache per candidate)
             plan = call.plan
         else:
             if not plain or call.device is not None or call.layout:
@@ -211,8 +215,10 @@ class CommState:
             plan = cache.get(sig)
             if plan is None:
                 plan = self._remember(sig, plans.make(self, call, keyed, blocks, None))
-            if plain:
-                call.plan, call.plan_in = plan, cache
+            if plain and plan.rt is None:
+                # (not a shared-memory plan: its runtime holds views of the node-shared
+                # area, which a kept Call would keep mapped after the communicator is freed)
+                call.plan, call.plan_in = plan, self.plans_token
         if self.ctx._allocs and plan.reg_matters and not keyed and call.device is None:
             reg = plans.registered(self.ctx, call)
             if reg is not None:
@@ -222,6 +228,11 @@ class CommState:
                 if plan is None:
                     plan = self._remember(sig, plans.make(self, call, keyed, blocks, reg))
         return plan
+
+    def use_plans(self, cache: dict) -> None:
+        """Plan from ``cache`` from now on (a calibration's per-candidate caches)."""
+        self.plans = cache
+        self.plans_token = object()
 
     def _remember(self, sig, plan):
         self.plans[sig] = plan
@@ -369,7 +380,7 @@ class CommState:
         for slot in self.orphans:
             slot.free()
         self.orphans = []
-        self.plans = {}
+        self.use_plans({})
         self.persist = {}
         for c in (self.data, self.mpi):
             if c is not None:
