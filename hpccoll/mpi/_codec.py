@@ -1,0 +1,411 @@
+"""Python objects as the adapter's lowercase methods move them (``_objects.py``).
+
+Every object becomes a **header** of ``WORDS`` int64 words, the same size for every
+object, and zero or more byte **parts**:
+
+    word 0   kind (bits 0-7), method (8-15), aux (16-39), root (40-62)
+    word 1   rounds: parts the sender has for this call (its most, for alltoall)
+    word 2   length of part 0 (a pickle stream, or an array's bytes)
+    word 3-7 the value itself, an array's shape, or the lengths of the first
+             out-of-band buffers
+
+What fits in words 3-7 travels in the header alone, no pickling: None, bool, int
+(int64's range), float, complex, NumPy scalars of the numeric dtypes below, str and
+bytes up to 40 bytes (UTF-8), and tuples and lists of up to 5 ints, floats, bools or
+Nones (shapes, counts, small records).  A NumPy array of those dtypes (up to 5-D) is
+part 0 as it lies in memory (C or Fortran order; anything else is copied to C order
+first, as pickle does).  Anything else is pickled with mpi4py's own pickler
+(``MPI.pickle``: its dumps/loads, protocol and threshold, so a custom pickler set there
+is used here too): protocol 5, buffers of at least ``MPI.pickle.THRESHOLD`` bytes
+out of band (parts 1, 2, ..., never copied), as ``mpi4py.util.pkl5`` does.  The
+methods that send one object per destination (scatter, alltoall) pickle in band.
+
+Decoded values are new objects, as after mpi4py's pickle round trip: arrays and
+out-of-band buffers are views of the receive buffer of their round.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ..errors import CollectiveMismatch, HpcCollError
+from ._types import MPI
+
+WORDS = 8
+BYTES = WORDS * 8
+INLINE = 5                     # words 3-7
+INLINE_BYTES = INLINE * 8
+
+# kinds
+NONE, BOOL, INT, FLOAT, COMPLEX, NPSCALAR, STR, RAW, TUPLE, LIST, ARRAY, PICKLED = range(1, 13)
+FAILED = 255                   # the sender could not encode its object (it raises why)
+
+_METHOD_SHIFT, _AUX_SHIFT, _ROOT_SHIFT = 8, 16, 40
+_AUX_MASK = (1 << 24) - 1
+_CALL_MASK = (0xFF << _METHOD_SHIFT) | (((1 << 23) - 1) << _ROOT_SHIFT)
+_I64 = (-(1 << 63), 1 << 63)
+
+# NumPy dtypes moved as their bytes; the code is the aux field.  Compared by the type
+# character too: 'q' (longlong) equals 'l' (int64) as a dtype but pickles as itself.
+_DTYPES = tuple(np.dtype(c) for c in "?bBhHiIlLefdFD")
+_DTYPE_CODE = {dt: i for i, dt in enumerate(_DTYPES)}
+_SCALAR_TYPES = {dt.type: i for i, dt in enumerate(_DTYPES)}
+MAX_NDIM = INLINE
+
+_EMPTY = np.empty(0, np.uint8)
+_structs: dict = {}
+
+
+def _struct(fmt: str) -> struct.Struct:
+    s = _structs.get(fmt)
+    if s is None:
+        s = _structs[fmt] = struct.Struct(fmt)
+    return s
+
+
+_S_INTS = _struct("<8q")
+_S_FLOAT = _struct("<3qd32x")
+_S_COMPLEX = _struct("<3q2d24x")
+_S_BYTES = _struct("<3q40s")
+
+
+def meta(method: int, root: int) -> int:
+    """Word 0 without kind and aux: what every rank's header of one call shares."""
+    return (method << _METHOD_SHIFT) | (root << _ROOT_SHIFT)
+
+
+class Encoded:
+    """One object, encoded: its header (int64[WORDS]), its parts (uint8 arrays), or
+    the exception encoding raised (the header then says FAILED)."""
+    __slots__ = ("header", "parts", "error")
+
+    def __init__(self, header, parts=(), error=None):
+        self.header, self.parts, self.error = header, parts, error
+
+
+def _header(fmt_struct, *words) -> np.ndarray:
+    return np.frombuffer(fmt_struct.pack(*words), np.int64)
+
+
+def failed(m: int, exc: BaseException) -> Encoded:
+    return Encoded(_header(_S_INTS, FAILED | m, 0, 0, 0, 0, 0, 0, 0), (), exc)
+
+
+# -- encoding -------------------------------------------------------------------------------
+
+def _none(obj, m):
+    return Encoded(_header(_S_INTS, NONE | m, 0, 0, 0, 0, 0, 0, 0))
+
+
+def _bool(obj, m):
+    return Encoded(_header(_S_INTS, BOOL | m, 0, 0, int(obj), 0, 0, 0, 0))
+
+
+def _int(obj, m):
+    if not _I64[0] <= obj < _I64[1]:
+        return None              # a Python int beyond int64: pickled
+    return Encoded(_header(_S_INTS, INT | m, 0, 0, obj, 0, 0, 0, 0))
+
+
+def _float(obj, m):
+    return Encoded(_header(_S_FLOAT, FLOAT | m, 0, 0, obj))
+
+
+def _complex(obj, m):
+    return Encoded(_header(_S_COMPLEX, COMPLEX | m, 0, 0, obj.real, obj.imag))
+
+
+def _str(obj, m):
+    try:
+        data = obj.encode()
+    except UnicodeEncodeError:   # lone surrogates: pickle keeps them
+        return None
+    if len(data) > INLINE_BYTES:
+        return None
+    return Encoded(_header(_S_BYTES, STR | m | (len(data) << _AUX_SHIFT), 0, 0, data))
+
+
+def _bytes(obj, m):
+    if len(obj) > INLINE_BYTES:
+        return None
+    return Encoded(_header(_S_BYTES, RAW | m | (len(obj) << _AUX_SHIFT), 0, 0, obj))
+
+
+def _npscalar(obj, m):
+    code = _SCALAR_TYPES[obj.__class__]
+    return Encoded(_header(_S_BYTES, NPSCALAR | m | (code << _AUX_SHIFT), 0, 0, obj.tobytes()))
+
+
+# element codes of a small tuple or list: 2 bits each, after 3 bits of length
+_E_INT, _E_FLOAT, _E_BOOL, _E_NONE = range(4)
+
+
+def _sequence(obj, m, kind):
+    n = len(obj)
+    if n > INLINE:
+        return None
+    aux, words, fmt = n, [], "<3q"
+    for j, v in enumerate(obj):
+        t = v.__class__
+        if t is int:
+            if not _I64[0] <= v < _I64[1]:
+                return None
+            code, fmt = _E_INT, fmt + "q"
+        elif t is float:
+            code, fmt = _E_FLOAT, fmt + "d"
+        elif t is bool:
+            code, v, fmt = _E_BOOL, int(v), fmt + "q"
+        elif v is None:
+            code, v, fmt = _E_NONE, 0, fmt + "q"
+        else:
+            return None
+        aux |= code << (3 + 2 * j)
+        words.append(v)
+    fmt += f"{8 * (INLINE - n)}x"
+    return Encoded(_header(_struct(fmt), kind | m | (aux << _AUX_SHIFT), 0, 0, *words))
+
+
+def _tuple(obj, m):
+    return _sequence(obj, m, TUPLE)
+
+
+def _list(obj, m):
+    return _sequence(obj, m, LIST)
+
+
+def _array(obj, m):
+    dt = obj.dtype
+    code = _DTYPE_CODE.get(dt)
+    if code is None or dt.char != _DTYPES[code].char or obj.ndim > MAX_NDIM:
+        return None
+    flags = obj.flags
+    fortran = 0
+    if flags.c_contiguous:
+        flat = obj.reshape(-1)
+    elif flags.f_contiguous:
+        flat, fortran = obj.reshape(-1, order="F"), 1
+    else:                        # what pickle sends of it: a C-ordered copy
+        flat = np.ascontiguousarray(obj).reshape(-1)
+    data = flat.view(np.uint8)
+    aux = code | (obj.ndim << 5) | (fortran << 8)
+    shape = list(obj.shape) + [0] * (INLINE - obj.ndim)
+    return Encoded(_header(_S_INTS, ARRAY | m | (aux << _AUX_SHIFT), 1, data.size, *shape),
+                   (data,))
+
+
+def pickled(obj, m, out_of_band: bool = True) -> Encoded:
+    """``obj`` through mpi4py's pickler: part 0 the stream, then its out-of-band buffers
+    (all in band with ``out_of_band`` False)."""
+    if out_of_band:
+        stream, buffers = MPI.pickle.dumps_oob(obj)
+    else:
+        stream, buffers = MPI.pickle.dumps(obj), ()
+    parts = [np.frombuffer(stream, np.uint8)]
+    parts += [np.frombuffer(b, np.uint8) for b in buffers]
+    lengths = [p.size for p in parts[1:1 + INLINE]]
+    lengths += [0] * (INLINE - len(lengths))
+    return Encoded(_header(_S_INTS, PICKLED | m | (len(buffers) << _AUX_SHIFT), len(parts),
+                           parts[0].size, *lengths), parts)
+
+
+_ENCODERS = {type(None): _none, bool: _bool, int: _int, float: _float, complex: _complex,
+             str: _str, bytes: _bytes, tuple: _tuple, list: _list, np.ndarray: _array}
+_ENCODERS.update((t, _npscalar) for t in _SCALAR_TYPES)
+
+
+def encode(obj, m: int, out_of_band: bool = True) -> Encoded:
+    """The header and parts of ``obj`` (``m``: ``meta(method, root)``).  An object that
+    cannot be pickled gives a FAILED header and the error, for the caller to raise
+    after the header exchange (so that no rank is left waiting in it)."""
+    try:
+        enc = _ENCODERS.get(obj.__class__)
+        if enc is not None:
+            done = enc(obj, m)
+            if done is not None:
+                return done
+        return pickled(obj, m, out_of_band)
+    except Exception as exc:
+        return failed(m, exc)
+
+
+def encode_each(objs, n: int, m: int):
+    """scatter's and alltoall's ``n`` objects: (int64 table of n headers, their parts,
+    the error or None).  Word 1 of every header is the most parts any of them has, so
+    that every receiver learns how many rounds follow.  The same object given for
+    several destinations is encoded once."""
+    table = np.zeros((n, WORDS), np.int64)
+    try:
+        items = [None] * n if objs is None else list(objs)
+        if len(items) != n:
+            raise ValueError(f"expecting {n} items, got {len(items)}")
+    except Exception as exc:
+        table[:] = failed(m, exc).header
+        return table, [()] * n, exc
+    seen: dict = {}
+    parts = []
+    for i, obj in enumerate(items):
+        enc = seen.get(id(obj))
+        if enc is None:
+            enc = seen[id(obj)] = encode(obj, m, out_of_band=False)
+            if enc.error is not None:
+                table[:] = enc.header
+                return table, [()] * n, enc.error
+        table[i] = enc.header
+        parts.append(enc.parts)
+    table[:, 1] = table[:, 1].max()
+    return table, parts, None
+
+
+# -- the gathered headers -------------------------------------------------------------------
+
+class Table:
+    """Headers of one call, one per row (from every rank, or a root's rows), read once
+    into Python ints: every rank that holds the same rows takes the same decisions."""
+    __slots__ = ("raw", "ints", "n", "_floats", "extra")
+
+    def __init__(self, raw: np.ndarray, n: int):
+        self.raw, self.n = raw, n
+        self.ints = raw.tolist()
+        self._floats = None
+        self.extra = None        # lengths of out-of-band buffers past the inline ones
+
+    def kind(self, i: int) -> int:
+        return self.ints[WORDS * i] & 0xFF
+
+    def rounds(self) -> int:
+        """How many rounds of parts follow (the same on every rank that holds these rows)."""
+        ints = self.ints
+        return max(ints[WORDS * i + 1] for i in range(self.n))
+
+    def own(self, i: int) -> int:
+        """Parts of row i's object (word 1 may be its sender's most, for alltoall)."""
+        kind = self.kind(i)
+        if kind == ARRAY:
+            return 1
+        return 1 + self.nbuf(i) if kind == PICKLED else 0
+
+    def nbuf(self, i: int) -> int:
+        w = self.ints[WORDS * i]
+        return (w >> _AUX_SHIFT) & _AUX_MASK if w & 0xFF == PICKLED else 0
+
+    def overflow(self) -> list:
+        """Per row, how many out-of-band lengths the header could not hold."""
+        return [max(0, self.nbuf(i) - INLINE) for i in range(self.n)]
+
+    def length(self, i: int, k: int) -> int:
+        """Bytes of row i's part k (0 where it has none)."""
+        if k >= self.own(i):
+            return 0
+        if k == 0:
+            return self.ints[WORDS * i + 2]
+        if k <= INLINE:
+            return self.ints[WORDS * i + 2 + k]
+        return self.extra[i][k - 1 - INLINE]
+
+    # -- agreement ----------------------------------------------------------------------
+    def check(self, names: dict, mine: int, rows_of=None) -> None:
+        """Raise CollectiveMismatch if a row was sent by another method or with another
+        root than ``mine`` (``meta(method, root)``); every rank holding these rows raises
+        it alike.  Then raise if a sender could not encode its object."""
+        ints, n = self.ints, self.n
+        calls = [ints[WORDS * i] & _CALL_MASK for i in range(n)]
+        if any(c != mine for c in calls):
+            def say(c):
+                method, root = (c >> _METHOD_SHIFT) & 0xFF, c >> _ROOT_SHIFT
+                name = names.get(method, f"method {method}")
+                return f"{name}(root={root})" if name in ROOTED else name
+            ranks = [i if rows_of is None else rows_of for i in range(n)]
+            odd = sorted({r for r, c in zip(ranks, calls) if c != mine})
+            fields = {"collective": {r: say(c) for r, c in zip(ranks, calls)}}
+            text = ", ".join(f"rank {r}: {say(c)}" for r, c in sorted(set(zip(ranks, calls))))
+            raise CollectiveMismatch(f"ranks called different lowercase collectives on one "
+                                     f"communicator, expected {say(mine)} ({text})",
+                                     ranks=odd, fields=fields)
+        bad = [i for i in range(n) if ints[WORDS * i] & 0xFF == FAILED]
+        if bad:
+            who = bad if rows_of is None else [rows_of]
+            raise HpcCollError(f"rank{'s' if len(who) > 1 else ''} "
+                               f"{', '.join(map(str, who))} could not send its object "
+                               "(that rank raised the error)")
+
+    # -- values ---------------------------------------------------------------------------
+    def value(self, i: int, parts=()):
+        """Row i's object, from the header alone or from its received ``parts``."""
+        base = WORDS * i
+        w = self.ints[base]
+        kind, aux = w & 0xFF, (w >> _AUX_SHIFT) & _AUX_MASK
+        if kind == INT:
+            return self.ints[base + 3]
+        if kind == FLOAT:
+            return self._float(base + 3)
+        if kind == NONE:
+            return None
+        if kind == BOOL:
+            return self.ints[base + 3] != 0
+        if kind == TUPLE or kind == LIST:
+            items = self._items(base, aux)
+            return tuple(items) if kind == TUPLE else items
+        if kind == COMPLEX:
+            return complex(self._float(base + 3), self._float(base + 4))
+        if kind == STR or kind == RAW:
+            start = 8 * (base + 3)
+            data = self.raw.view(np.uint8)[start:start + aux].tobytes()
+            return data.decode() if kind == STR else data
+        if kind == NPSCALAR:
+            dt = _DTYPES[aux]
+            start = 8 * (base + 3)
+            return self.raw.view(np.uint8)[start:start + dt.itemsize].view(dt)[0]
+        if kind == ARRAY:
+            dt = _DTYPES[aux & 0x1F]
+            ndim, order = (aux >> 5) & 0x7, "F" if aux >> 8 & 1 else "C"
+            shape = self.ints[base + 3:base + 3 + ndim]
+            return parts[0].view(dt).reshape(shape, order=order)
+        if kind == PICKLED:
+            if len(parts) == 1:
+                return MPI.pickle.loads(parts[0])
+            return MPI.pickle.loads_oob(parts[0], list(parts[1:]))
+        raise HpcCollError(f"object header of kind {kind}: not one this version sends "
+                           "(ranks running different hpccoll versions?)")
+
+    def _float(self, word: int) -> float:
+        if self._floats is None:
+            self._floats = self.raw.view(np.float64).tolist()
+        return self._floats[word]
+
+    def _items(self, base: int, aux: int) -> list:
+        out = []
+        for j in range(aux & 0x7):
+            code = (aux >> (3 + 2 * j)) & 0x3
+            word = base + 3 + j
+            if code == _E_INT:
+                out.append(self.ints[word])
+            elif code == _E_FLOAT:
+                out.append(self._float(word))
+            elif code == _E_BOOL:
+                out.append(self.ints[word] != 0)
+            else:
+                out.append(None)
+        return out
+
+
+ROOTED = {"bcast", "gather", "scatter", "reduce"}
+
+
+def aligned(counts) -> tuple:
+    """(displacements, total) for blocks of ``counts`` bytes, each starting on 64
+    bytes: arrays decoded in place are aligned to their dtype."""
+    displs, at = [], 0
+    for c in counts:
+        displs.append(at)
+        at += (c + 63) & ~63
+    return displs, at
+
+
+def own_copy(enc: Encoded) -> list:
+    """The sender's own parts, copied: what its decoded result may be made of (mpi4py's
+    root gets a new object too, never its argument)."""
+    return [p.copy() for p in enc.parts]
+
+
+EMPTY = _EMPTY
