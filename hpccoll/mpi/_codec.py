@@ -1,24 +1,30 @@
 """Python objects as the adapter's lowercase methods move them (``_objects.py``).
 
-Every object becomes a **header** of ``WORDS`` int64 words, the same size for every
+Every object becomes a **header** of ``WORDS`` (16) int64 words, the same size for every
 object, and zero or more byte **parts**:
 
-    word 0   kind (bits 0-7), method (8-15), aux (16-39), root (40-62)
-    word 1   rounds: parts the sender has for this call (its most, for alltoall)
-    word 2   length of part 0 (a pickle stream, or an array's bytes)
-    word 3-7 the value itself, an array's shape, or the lengths of the first
-             out-of-band buffers
+    word 0    kind (bits 0-7), aux (8-31: dtype, length, element types, buffers),
+              rounds (32-62: parts the sender has, its most for alltoall)
+    word 1    the call: method and root, the same in every header of one call
+    word 2    length of part 0 (a pickle stream, or an array's bytes)
+    word 3-15 the value itself (104 bytes), an array's shape, or the lengths of the
+              first out-of-band buffers
 
-What fits in words 3-7 travels in the header alone, no pickling: None, bool, int
-(int64's range), float, complex, NumPy scalars of the numeric dtypes below, str and
-bytes up to 40 bytes (UTF-8), and tuples and lists of up to 5 ints, floats, bools or
-Nones (shapes, counts, small records).  A NumPy array of those dtypes (up to 5-D) is
-part 0 as it lies in memory (C or Fortran order; anything else is copied to C order
-first, as pickle does).  Anything else is pickled with mpi4py's own pickler
-(``MPI.pickle``: its dumps/loads, protocol and threshold, so a custom pickler set there
-is used here too): protocol 5, buffers of at least ``MPI.pickle.THRESHOLD`` bytes
-out of band (parts 1, 2, ..., never copied), as ``mpi4py.util.pkl5`` does.  The
-methods that send one object per destination (scatter, alltoall) pickle in band.
+What fits in words 3-15 travels in the header alone: None, bool, int (int64's range),
+float, complex, NumPy scalars of the numeric dtypes below, str and bytes up to 104
+bytes (UTF-8), tuples and lists of up to 10 ints, floats, bools or Nones (shapes,
+counts, small records), none of them pickled; and any other object whose pickle stream
+is that short.  A NumPy array of those dtypes (up to 7-D) is part 0 as it lies in
+memory (C or Fortran order; anything else is copied to C order first, as pickle does).
+Anything else is pickled with mpi4py's own pickler (``MPI.pickle``: its dumps/loads,
+protocol and threshold, so a custom pickler set there is used here too): protocol 5,
+buffers of at least ``MPI.pickle.THRESHOLD`` bytes out of band (parts 1, 2, ..., never
+copied), as ``mpi4py.util.pkl5`` does.  The methods that send one object per
+destination (scatter, alltoall) pickle in band.
+
+A header of 128 bytes against mpi4py's 8-byte count: one collective of 128 bytes per
+rank costs what one of 8 bytes costs, and saves the second collective for every object
+above.
 
 Decoded values are new objects, as after mpi4py's pickle round trip: arrays and
 out-of-band buffers are views of the receive buffer of their round.
@@ -32,18 +38,20 @@ import numpy as np
 from ..errors import CollectiveMismatch, HpcCollError
 from ._types import MPI
 
-WORDS = 8
-BYTES = WORDS * 8
-INLINE = 5                     # words 3-7
+WORDS = 16
+INLINE = WORDS - 3             # words 3-15
 INLINE_BYTES = INLINE * 8
+MAX_ITEMS = 10                 # of a tuple or list in the header (aux: 4 + 2 bits each)
+MAX_NDIM = 7                   # of an array moved as its bytes (aux: 3 bits)
 
 # kinds
-NONE, BOOL, INT, FLOAT, COMPLEX, NPSCALAR, STR, RAW, TUPLE, LIST, ARRAY, PICKLED = range(1, 13)
+(NONE, BOOL, INT, FLOAT, COMPLEX, NPSCALAR, STR, RAW, TUPLE, LIST, ARRAY, PICKLED,
+ SMALL_PICKLE) = range(1, 14)
 FAILED = 255                   # the sender could not encode its object (it raises why)
 
-_METHOD_SHIFT, _AUX_SHIFT, _ROOT_SHIFT = 8, 16, 40
+_AUX_SHIFT, _ROUNDS_SHIFT = 8, 32
 _AUX_MASK = (1 << 24) - 1
-_CALL_MASK = (0xFF << _METHOD_SHIFT) | (((1 << 23) - 1) << _ROOT_SHIFT)
+_FAILED_CALL = 1 << 62        # word 1 of a FAILED header: no rank's call looks like it
 _I64 = (-(1 << 63), 1 << 63)
 
 # NumPy dtypes moved as their bytes; the code is the aux field.  Compared by the type
@@ -51,7 +59,6 @@ _I64 = (-(1 << 63), 1 << 63)
 _DTYPES = tuple(np.dtype(c) for c in "?bBhHiIlLefdFD")
 _DTYPE_CODE = {dt: i for i, dt in enumerate(_DTYPES)}
 _SCALAR_TYPES = {dt.type: i for i, dt in enumerate(_DTYPES)}
-MAX_NDIM = INLINE
 
 _EMPTY = np.empty(0, np.uint8)
 _structs: dict = {}
@@ -64,15 +71,17 @@ def _struct(fmt: str) -> struct.Struct:
     return s
 
 
-_S_INTS = _struct("<8q")
-_S_FLOAT = _struct("<3qd32x")
-_S_COMPLEX = _struct("<3q2d24x")
-_S_BYTES = _struct("<3q40s")
+_S_INTS = _struct(f"<{WORDS}q")
+_S_FLOAT = _struct(f"<3qd{INLINE_BYTES - 8}x")
+_S_COMPLEX = _struct(f"<3q2d{INLINE_BYTES - 16}x")
+_S_BYTES = _struct(f"<3q{INLINE_BYTES}s")
+_ZEROS = (0,) * INLINE
+_DOUBLE = _struct("<d")
 
 
 def meta(method: int, root: int) -> int:
-    """Word 0 without kind and aux: what every rank's header of one call shares."""
-    return (method << _METHOD_SHIFT) | (root << _ROOT_SHIFT)
+    """Word 1: what every rank's header of one call shares."""
+    return method | (root << 8)
 
 
 class Encoded:
@@ -88,32 +97,36 @@ def _header(fmt_struct, *words) -> np.ndarray:
     return np.frombuffer(fmt_struct.pack(*words), np.int64)
 
 
+def _ints(w0, m, length, *rest) -> np.ndarray:
+    return np.frombuffer(_S_INTS.pack(w0, m, length, *rest, *_ZEROS[len(rest):]), np.int64)
+
+
 def failed(m: int, exc: BaseException) -> Encoded:
-    return Encoded(_header(_S_INTS, FAILED | m, 0, 0, 0, 0, 0, 0, 0), (), exc)
+    return Encoded(_ints(FAILED, m | _FAILED_CALL, 0), (), exc)
 
 
 # -- encoding -------------------------------------------------------------------------------
 
 def _none(obj, m):
-    return Encoded(_header(_S_INTS, NONE | m, 0, 0, 0, 0, 0, 0, 0))
+    return Encoded(_ints(NONE, m, 0))
 
 
 def _bool(obj, m):
-    return Encoded(_header(_S_INTS, BOOL | m, 0, 0, int(obj), 0, 0, 0, 0))
+    return Encoded(_ints(BOOL, m, 0, int(obj)))
 
 
 def _int(obj, m):
     if not _I64[0] <= obj < _I64[1]:
         return None              # a Python int beyond int64: pickled
-    return Encoded(_header(_S_INTS, INT | m, 0, 0, obj, 0, 0, 0, 0))
+    return Encoded(_ints(INT, m, 0, obj))
 
 
 def _float(obj, m):
-    return Encoded(_header(_S_FLOAT, FLOAT | m, 0, 0, obj))
+    return Encoded(_header(_S_FLOAT, FLOAT, m, 0, obj))
 
 
 def _complex(obj, m):
-    return Encoded(_header(_S_COMPLEX, COMPLEX | m, 0, 0, obj.real, obj.imag))
+    return Encoded(_header(_S_COMPLEX, COMPLEX, m, 0, obj.real, obj.imag))
 
 
 def _str(obj, m):
@@ -123,27 +136,27 @@ def _str(obj, m):
         return None
     if len(data) > INLINE_BYTES:
         return None
-    return Encoded(_header(_S_BYTES, STR | m | (len(data) << _AUX_SHIFT), 0, 0, data))
+    return Encoded(_header(_S_BYTES, STR | (len(data) << _AUX_SHIFT), m, 0, data))
 
 
 def _bytes(obj, m):
     if len(obj) > INLINE_BYTES:
         return None
-    return Encoded(_header(_S_BYTES, RAW | m | (len(obj) << _AUX_SHIFT), 0, 0, obj))
+    return Encoded(_header(_S_BYTES, RAW | (len(obj) << _AUX_SHIFT), m, 0, obj))
 
 
 def _npscalar(obj, m):
     code = _SCALAR_TYPES[obj.__class__]
-    return Encoded(_header(_S_BYTES, NPSCALAR | m | (code << _AUX_SHIFT), 0, 0, obj.tobytes()))
+    return Encoded(_header(_S_BYTES, NPSCALAR | (code << _AUX_SHIFT), m, 0, obj.tobytes()))
 
 
-# element codes of a small tuple or list: 2 bits each, after 3 bits of length
+# element codes of a small tuple or list: 2 bits each, after 4 bits of length
 _E_INT, _E_FLOAT, _E_BOOL, _E_NONE = range(4)
 
 
 def _sequence(obj, m, kind):
     n = len(obj)
-    if n > INLINE:
+    if n > MAX_ITEMS:
         return None
     aux, words, fmt = n, [], "<3q"
     for j, v in enumerate(obj):
@@ -160,10 +173,10 @@ def _sequence(obj, m, kind):
             code, v, fmt = _E_NONE, 0, fmt + "q"
         else:
             return None
-        aux |= code << (3 + 2 * j)
+        aux |= code << (4 + 2 * j)
         words.append(v)
     fmt += f"{8 * (INLINE - n)}x"
-    return Encoded(_header(_struct(fmt), kind | m | (aux << _AUX_SHIFT), 0, 0, *words))
+    return Encoded(_header(_struct(fmt), kind | (aux << _AUX_SHIFT), m, 0, *words))
 
 
 def _tuple(obj, m):
@@ -189,24 +202,24 @@ def _array(obj, m):
         flat = np.ascontiguousarray(obj).reshape(-1)
     data = flat.view(np.uint8)
     aux = code | (obj.ndim << 5) | (fortran << 8)
-    shape = list(obj.shape) + [0] * (INLINE - obj.ndim)
-    return Encoded(_header(_S_INTS, ARRAY | m | (aux << _AUX_SHIFT), 1, data.size, *shape),
-                   (data,))
+    return Encoded(_ints(ARRAY | (aux << _AUX_SHIFT) | (1 << _ROUNDS_SHIFT), m, data.size,
+                         *obj.shape), (data,))
 
 
 def pickled(obj, m, out_of_band: bool = True) -> Encoded:
-    """``obj`` through mpi4py's pickler: part 0 the stream, then its out-of-band buffers
-    (all in band with ``out_of_band`` False)."""
+    """``obj`` through mpi4py's pickler: a stream that fits in the header, or part 0 the
+    stream, then its out-of-band buffers (all in band with ``out_of_band`` False)."""
     if out_of_band:
         stream, buffers = MPI.pickle.dumps_oob(obj)
     else:
         stream, buffers = MPI.pickle.dumps(obj), ()
+    if not buffers and len(stream) <= INLINE_BYTES:
+        return Encoded(_header(_S_BYTES, SMALL_PICKLE | (len(stream) << _AUX_SHIFT), m, 0,
+                               stream))
     parts = [np.frombuffer(stream, np.uint8)]
     parts += [np.frombuffer(b, np.uint8) for b in buffers]
-    lengths = [p.size for p in parts[1:1 + INLINE]]
-    lengths += [0] * (INLINE - len(lengths))
-    return Encoded(_header(_S_INTS, PICKLED | m | (len(buffers) << _AUX_SHIFT), len(parts),
-                           parts[0].size, *lengths), parts)
+    w0 = PICKLED | (len(buffers) << _AUX_SHIFT) | (len(parts) << _ROUNDS_SHIFT)
+    return Encoded(_ints(w0, m, parts[0].size, *[p.size for p in parts[1:1 + INLINE]]), parts)
 
 
 _ENCODERS = {type(None): _none, bool: _bool, int: _int, float: _float, complex: _complex,
@@ -231,8 +244,8 @@ def encode(obj, m: int, out_of_band: bool = True) -> Encoded:
 
 def encode_each(objs, n: int, m: int):
     """scatter's and alltoall's ``n`` objects: (int64 table of n headers, their parts,
-    the error or None).  Word 1 of every header is the most parts any of them has, so
-    that every receiver learns how many rounds follow.  The same object given for
+    the error or None).  The rounds of every header are the most parts any of them has,
+    so that every receiver learns how many rounds follow.  The same object given for
     several destinations is encoded once."""
     table = np.zeros((n, WORDS), np.int64)
     try:
@@ -253,7 +266,8 @@ def encode_each(objs, n: int, m: int):
                 return table, [()] * n, enc.error
         table[i] = enc.header
         parts.append(enc.parts)
-    table[:, 1] = table[:, 1].max()
+    low = table[:, 0] & ((1 << _ROUNDS_SHIFT) - 1)
+    table[:, 0] = low | (table[:, 0] >> _ROUNDS_SHIFT).max() << _ROUNDS_SHIFT
     return table, parts, None
 
 
@@ -262,12 +276,11 @@ def encode_each(objs, n: int, m: int):
 class Table:
     """Headers of one call, one per row (from every rank, or a root's rows), read once
     into Python ints: every rank that holds the same rows takes the same decisions."""
-    __slots__ = ("raw", "ints", "n", "_floats", "extra")
+    __slots__ = ("raw", "ints", "n", "extra")
 
     def __init__(self, raw: np.ndarray, n: int):
         self.raw, self.n = raw, n
         self.ints = raw.tolist()
-        self._floats = None
         self.extra = None        # lengths of out-of-band buffers past the inline ones
 
     def kind(self, i: int) -> int:
@@ -275,11 +288,10 @@ class Table:
 
     def rounds(self) -> int:
         """How many rounds of parts follow (the same on every rank that holds these rows)."""
-        ints = self.ints
-        return max(ints[WORDS * i + 1] for i in range(self.n))
+        return max(self.ints[0::WORDS]) >> _ROUNDS_SHIFT
 
     def own(self, i: int) -> int:
-        """Parts of row i's object (word 1 may be its sender's most, for alltoall)."""
+        """Parts of row i's object (its rounds may be its sender's most, for alltoall)."""
         kind = self.kind(i)
         if kind == ARRAY:
             return 1
@@ -309,10 +321,13 @@ class Table:
         root than ``mine`` (``meta(method, root)``); every rank holding these rows raises
         it alike.  Then raise if a sender could not encode its object."""
         ints, n = self.ints, self.n
-        calls = [ints[WORDS * i] & _CALL_MASK for i in range(n)]
+        calls = ints[1::WORDS]
+        if calls.count(mine) == n:
+            return
+        calls = [c & ~_FAILED_CALL for c in calls]
         if any(c != mine for c in calls):
             def say(c):
-                method, root = (c >> _METHOD_SHIFT) & 0xFF, c >> _ROOT_SHIFT
+                method, root = c & 0xFF, c >> 8
                 name = names.get(method, f"method {method}")
                 return f"{name}(root={root})" if name in ROOTED else name
             ranks = [i if rows_of is None else rows_of for i in range(n)]
@@ -334,13 +349,14 @@ class Table:
         """Row i's object, from the header alone or from its received ``parts``."""
         base = WORDS * i
         w = self.ints[base]
-        kind, aux = w & 0xFF, (w >> _AUX_SHIFT) & _AUX_MASK
+        kind = w & 0xFF
         if kind == INT:
             return self.ints[base + 3]
         if kind == FLOAT:
             return self._float(base + 3)
         if kind == NONE:
             return None
+        aux = (w >> _AUX_SHIFT) & _AUX_MASK
         if kind == BOOL:
             return self.ints[base + 3] != 0
         if kind == TUPLE or kind == LIST:
@@ -348,9 +364,11 @@ class Table:
             return tuple(items) if kind == TUPLE else items
         if kind == COMPLEX:
             return complex(self._float(base + 3), self._float(base + 4))
-        if kind == STR or kind == RAW:
+        if kind == STR or kind == RAW or kind == SMALL_PICKLE:
             start = 8 * (base + 3)
             data = self.raw.view(np.uint8)[start:start + aux].tobytes()
+            if kind == SMALL_PICKLE:
+                return MPI.pickle.loads(data)
             return data.decode() if kind == STR else data
         if kind == NPSCALAR:
             dt = _DTYPES[aux]
@@ -358,7 +376,7 @@ class Table:
             return self.raw.view(np.uint8)[start:start + dt.itemsize].view(dt)[0]
         if kind == ARRAY:
             dt = _DTYPES[aux & 0x1F]
-            ndim, order = (aux >> 5) & 0x7, "F" if aux >> 8 & 1 else "C"
+            ndim, order = (aux >> 5) & MAX_NDIM, "F" if aux >> 8 & 1 else "C"
             shape = self.ints[base + 3:base + 3 + ndim]
             return parts[0].view(dt).reshape(shape, order=order)
         if kind == PICKLED:
@@ -369,14 +387,12 @@ class Table:
                            "(ranks running different hpccoll versions?)")
 
     def _float(self, word: int) -> float:
-        if self._floats is None:
-            self._floats = self.raw.view(np.float64).tolist()
-        return self._floats[word]
+        return _DOUBLE.unpack_from(self.raw, 8 * word)[0]
 
     def _items(self, base: int, aux: int) -> list:
         out = []
-        for j in range(aux & 0x7):
-            code = (aux >> (3 + 2 * j)) & 0x3
+        for j in range(aux & 0xF):
+            code = (aux >> (4 + 2 * j)) & 0x3
             word = base + 3 + j
             if code == _E_INT:
                 out.append(self.ints[word])

@@ -6,10 +6,10 @@ so there are none here either.
 
 One protocol for every method:
 
-1. Each rank encodes its object (``_codec.py``): a header of 8 int64 words that holds
+1. Each rank encodes its object (``_codec.py``): a header of 16 int64 words that holds
    the object itself when it is small (numbers, NumPy scalars, short strings, tuples of
-   up to 5 numbers), and byte parts otherwise (an array's memory, or a pickle stream
-   and its out-of-band buffers).
+   up to 10 numbers, anything whose pickle stream has up to 104 bytes), and byte parts
+   otherwise (an array's memory, or a pickle stream and its out-of-band buffers).
 2. One collective moves the headers: allgather (allgather, allreduce, gather, reduce,
    scan, exscan), broadcast of the root's (bcast, scatter: a row per destination) or
    alltoall (alltoall).  For small objects that is the whole call.
@@ -54,6 +54,10 @@ NAMES = {BCAST: "bcast", GATHER: "gather", SCATTER: "scatter", ALLGATHER: "allga
 # once, when MPI is imported (_types imports it before this line runs)
 _FAST_REDUCE = mpi4py.rc.fast_reduce not in (False, "no")
 _WORDS = codec.WORDS
+# Up to this many bytes from any rank a round is an allgather of padded blocks (MPI's own
+# collective, where allgatherv and alltoallv run step machines), also where only some
+# ranks need the bytes; above it, exact counts to the ranks that need them.
+SMALL = 4096
 
 
 def _root(root, size: int) -> int:
@@ -130,6 +134,18 @@ class ObjectCalls:
         # one round: scatter pickles in band.  TODO(core gather/scatter): a native
         # scatterv instead of this alltoallv with zero counts to and from non-roots
         lengths = [table.length(i, 0) for i in range(n)]
+        if max(lengths) <= SMALL:
+            # every rank's bytes to all, each at its 64-byte boundary (MPI's own broadcast)
+            displs, total = codec.aligned(lengths)
+            buf = np.zeros(total, np.uint8) if me == root else np.empty(total, np.uint8)
+            if me == root:
+                for i, p in enumerate(parts):
+                    if lengths[i]:
+                        buf[displs[i]:displs[i] + lengths[i]] = p[0]
+            self._go(Call("broadcast", buf, buf, total, None, root, True, None)).wait()
+            if not table.own(me):
+                return table.value(me)
+            return table.value(me, (buf[displs[me]:displs[me] + lengths[me]],))
         zeros = [0] * n
         send, scounts, sdispls = codec.EMPTY, zeros, zeros
         if me == root:
@@ -237,10 +253,8 @@ class ObjectCalls:
             if not any(counts):
                 got.append(None)
                 continue
-            displs, total = codec.aligned(counts)
-            recv = np.empty(total, np.uint8)
-            call = validate.allgatherv(hc, _part(enc, k), recv, counts, displs, False)
-            works.append(self._go(call))
+            work, recv, displs = self._allgatherv(hc, _part(enc, k), counts)
+            works.append(work)
             got.append((recv, counts, displs))
         for w in works:
             w.wait()
@@ -263,6 +277,11 @@ class ObjectCalls:
             if not any(lengths):
                 got.append(None)
                 continue
+            if max(lengths) <= SMALL:
+                work, recv, displs = self._allgatherv(hc, _part(enc, k), lengths)
+                works.append(work)
+                got.append((recv, lengths, displs))
+                continue
             scounts = [lengths[me] if to(me, j) else 0 for j in range(n)]
             rcounts = [lengths[i] if to(i, me) else 0 for i in range(n)]
             work, recv, rdispls = self._alltoallv(hc, _part(enc, k), scounts, zeros, rcounts)
@@ -271,6 +290,21 @@ class ObjectCalls:
         for w in works:
             w.wait()
         return table, got
+
+    def _allgatherv(self, hc, send, counts):
+        """(work, receive buffer, displacements) of an allgatherv of ``counts`` bytes."""
+        n = hc.size
+        top = max(counts)
+        if top <= SMALL:
+            m = (top + 15) & ~15            # every dtype's alignment, for arrays in place
+            block = np.zeros(m, np.uint8)
+            block[:send.size] = send
+            recv = np.empty(m * n, np.uint8)
+            work = self._go(Call("allgather", block, recv, m, None, 0, False, None))
+            return work, recv, [m * i for i in range(n)]
+        displs, total = codec.aligned(counts)
+        recv = np.empty(total, np.uint8)
+        return self._go(validate.allgatherv(hc, send, recv, counts, displs, False)), recv, displs
 
     def _alltoallv(self, hc, send, scounts, sdispls, rcounts):
         rdispls, total = codec.aligned(rcounts)

@@ -88,6 +88,8 @@ OBJECTS = {
     "tuple with a big int": lambda r, n: (2**64, r),
     "list small": lambda r, n: [r, 0.5],
     "list": lambda r, n: list(range(r + 10)),
+    "list of a few KiB": lambda r, n: list(range(300 + r)),
+    "lists from inline to over SMALL": lambda r, n: list(range(1500 * r)),
     "dict": lambda r, n: {"rank": r, "name": f"r{r}", "xs": [1.5, None]},
     "set": lambda r, n: {1, 2, r},
     "user class": lambda r, n: Point(r, "y"),
@@ -384,15 +386,21 @@ def test_a_freed_communicator_raises_mpi4pys_error(world, adapter):
 # -- the per-call path ------------------------------------------------------------------------
 
 def test_every_call_leaves_flight_rows(adapter):
-    """Each call is collectives on the per-call path: the header, then its payload rounds."""
+    """Each call is collectives on the per-call path: the header, then its payload rounds
+    (padded allgathers up to _objects.SMALL bytes a rank, exact counts above)."""
     rows = lambda: [row["coll"] for row in adapter.context._engine.flight.rows(0.0)]  # noqa
+    small, medium, large = {"a": 1}, list(range(200)), list(range(3000))
     adapter.allreduce(1.5)
+    assert rows()[-1] == "allgather"
+    adapter.allgather(small)
     assert rows()[-1] == "allgather"
     adapter.bcast(np.arange(3), root=0)
     assert rows()[-2:] == ["broadcast", "broadcast"]
-    adapter.allgather({"a": 1})
+    adapter.allgather(medium)
+    assert rows()[-2:] == ["allgather", "allgather"]
+    adapter.allgather(large)
     assert rows()[-2:] == ["allgather", "allgatherv"]
-    adapter.gather({"a": 1}, root=0)
+    adapter.gather(large, root=0)
     assert rows()[-2:] == ["allgather", "alltoallv"]
     adapter.alltoall([1] * adapter.size)
     assert rows()[-1] == "alltoall"
