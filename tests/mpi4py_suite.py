@@ -4,7 +4,9 @@
     mpiexec -n N python tests/mpi4py_suite.py run      # run them through the adapter
 
 ``fetch`` downloads the sdist of the installed mpi4py version from PyPI (pip download) and
-keeps its test files in .mpi4py-suite/ (ignored by git: nothing of mpi4py's is committed).
+keeps its test files, and its OSU benchmark demos (demo/osu_*.py, which
+scripts/osu_adapter.py runs), in .mpi4py-suite/ (ignored by git: nothing of mpi4py's is
+committed).
 Exit status 0 when the files are there, 3 when they cannot be had (no network), except under
 HPCCOLL_REQUIRE_MPI4PY_SUITE=1 (CI), where that is a failure (1): CI must run the suite.
 
@@ -51,11 +53,20 @@ def test_dir(version: str) -> Path:
     return CACHE / f"mpi4py-{version}" / "test"
 
 
+def demo_dir(version: str) -> Path:
+    return CACHE / f"mpi4py-{version}" / "demo"
+
+
+def _is_osu(name: str) -> bool:
+    return name.startswith("osu_") and name.endswith(".py")
+
+
 def fetch() -> int:
     version = _version()
     dest = test_dir(version)
     names = [f"{m}.py" for m in MODULES] + list(SUPPORT)
-    if all((dest / n).is_file() for n in names):
+    demos = demo_dir(version)
+    if all((dest / n).is_file() for n in names) and any(demos.glob("osu_*.py")):
         print(f"mpi4py {version} test files: {dest.relative_to(ROOT)} (cached)")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,6 +93,11 @@ def fetch() -> int:
                 (part / n).write_bytes(tar.extractfile(members[n]).read())
             shutil.rmtree(dest, ignore_errors=True)
             part.rename(dest)
+            demos.mkdir(exist_ok=True)
+            for m in tar.getmembers():
+                p = Path(m.name)
+                if m.isfile() and p.parent.name == "demo" and _is_osu(p.name):
+                    (demos / p.name).write_bytes(tar.extractfile(m).read())
     print(f"mpi4py {version} test files: fetched into {dest.relative_to(ROOT)}")
     return 0
 
