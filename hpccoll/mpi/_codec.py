@@ -80,7 +80,8 @@ _DOUBLE = _struct("<d")
 
 
 def meta(method: int, root: int) -> int:
-    """Word 1: what every rank's header of one call shares."""
+    """Word 1: what every rank's header of one call shares (_objects._headers writes it
+    out)."""
     return method | (root << 8)
 
 
@@ -158,6 +159,11 @@ def _sequence(obj, m, kind):
     n = len(obj)
     if n > MAX_ITEMS:
         return None
+    for v in obj:               # ints only (a shape): element codes all 0
+        if v.__class__ is not int or not _I64[0] <= v < _I64[1]:
+            break
+    else:
+        return Encoded(_ints(kind | (n << _AUX_SHIFT), m, 0, *obj))
     aux, words, fmt = n, [], "<3q"
     for j, v in enumerate(obj):
         t = v.__class__
@@ -390,6 +396,8 @@ class Table:
         return _DOUBLE.unpack_from(self.raw, 8 * word)[0]
 
     def _items(self, base: int, aux: int) -> list:
+        if aux < 0x10:          # ints only
+            return self.ints[base + 3:base + 3 + aux]
         out = []
         for j in range(aux & 0xF):
             code = (aux >> (4 + 2 * j)) & 0x3

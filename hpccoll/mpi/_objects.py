@@ -112,7 +112,7 @@ class ObjectCalls:
         table, got = self._to_some(hc, sendobj, GATHER, root, lambda i, j: j == root)
         if hc.rank != root:
             return None
-        return [table.value(i, _parts(got, table, i)) for i in range(hc.size)]
+        return _values(table, got, hc.size)
 
     def scatter(self, sendobj, root: int = 0):
         hc = self._open()
@@ -163,7 +163,7 @@ class ObjectCalls:
         hc = self._open()
         self._stats["allgather"]["native"] += 1
         table, got = self._everyone(hc, sendobj, ALLGATHER)
-        return [table.value(i, _parts(got, table, i)) for i in range(hc.size)]
+        return _values(table, got, hc.size)
 
     def alltoall(self, sendobj):
         hc = self._open()
@@ -193,21 +193,20 @@ class ObjectCalls:
         table, got = self._to_some(hc, sendobj, REDUCE, root, lambda i, j: j == root)
         if hc.rank != root:
             return None
-        return _reduce([table.value(i, _parts(got, table, i)) for i in range(hc.size)], op)
+        return _reduce(_values(table, got, hc.size), op)
 
     def allreduce(self, sendobj, op=MPI.SUM):
         hc = self._open()
         self._stats["allreduce"]["native"] += 1
         table, got = self._everyone(hc, sendobj, ALLREDUCE)
-        return _reduce([table.value(i, _parts(got, table, i)) for i in range(hc.size)], op)
+        return _reduce(_values(table, got, hc.size), op)
 
     def scan(self, sendobj, op=MPI.SUM):
         hc = self._open()
         self._stats["scan"]["native"] += 1
         me = hc.rank
         table, got = self._to_some(hc, sendobj, SCAN, 0, lambda i, j: i <= j)
-        return _scan([table.value(i, _parts(got, table, i)) for i in range(me + 1)], op,
-                     exclusive=False)
+        return _scan(_values(table, got, me + 1), op, exclusive=False)
 
     def exscan(self, sendobj, op=MPI.SUM):
         hc = self._open()
@@ -216,8 +215,7 @@ class ObjectCalls:
         table, got = self._to_some(hc, sendobj, EXSCAN, 0, lambda i, j: i < j)
         if me == 0:
             return None
-        return _scan([table.value(i, _parts(got, table, i)) for i in range(me)], op,
-                     exclusive=True)
+        return _scan(_values(table, got, me), op, exclusive=True)
 
     # -- the protocol -------------------------------------------------------------------------
     def _open(self):
@@ -231,12 +229,15 @@ class ObjectCalls:
 
     def _headers(self, hc, sendobj, method: int, root: int):
         """(this rank's encoding, every rank's header, checked)."""
-        m = codec.meta(method, root)
+        m = method | (root << 8)         # codec.meta, inline: the per-call path
         enc = codec.encode(sendobj, m)
-        head = np.empty(_WORDS * hc.size, np.int64)
-        self._go(Call("allgather", enc.header, head, _WORDS, None, 0, False, None)).wait()
-        table = codec.Table(head, hc.size)
-        _agree(table, enc, m)
+        n = hc.size
+        head = np.empty(_WORDS * n, np.int64)
+        self._st.issue(Call("allgather", enc.header, head, _WORDS, None, 0, False, None), None,
+                       self._blocks).wait()
+        table = codec.Table(head, n)
+        if table.ints[1::_WORDS].count(m) != n:
+            _agree(table, enc, m)
         return enc, table
 
     def _everyone(self, hc, sendobj, method: int):
@@ -346,6 +347,13 @@ def _agree(table, enc, m: int, rows_of=None) -> None:
         if enc is not None and enc.error is not None:
             raise enc.error from None
         raise
+
+
+def _values(table, got, count: int) -> list:
+    """The objects of rows 0..count-1."""
+    if got is None:
+        return [table.value(i) for i in range(count)]
+    return [table.value(i, _parts(got, table, i)) for i in range(count)]
 
 
 def _part(enc, k: int):
