@@ -71,12 +71,16 @@ def _struct(fmt: str) -> struct.Struct:
     return s
 
 
-_S_INTS = _struct(f"<{WORDS}q")
 _S_FLOAT = _struct(f"<3qd{INLINE_BYTES - 8}x")
 _S_COMPLEX = _struct(f"<3q2d{INLINE_BYTES - 16}x")
 _S_BYTES = _struct(f"<3q{INLINE_BYTES}s")
-_ZEROS = (0,) * INLINE
+
 _DOUBLE = _struct("<d")
+
+
+def floats(n: int) -> struct.Struct:
+    """Reads word 3 of n headers as floats."""
+    return _struct("<" + f"24xd{INLINE_BYTES - 8}x" * n)
 
 
 def meta(method: int, root: int) -> int:
@@ -98,8 +102,12 @@ def _header(fmt_struct, *words) -> np.ndarray:
     return np.frombuffer(fmt_struct.pack(*words), np.int64)
 
 
+_S_LEADING = [_struct(f"<{3 + k}q{8 * (INLINE - k)}x") for k in range(INLINE + 1)]
+
+
 def _ints(w0, m, length, *rest) -> np.ndarray:
-    return np.frombuffer(_S_INTS.pack(w0, m, length, *rest, *_ZEROS[len(rest):]), np.int64)
+    """A header of int words: these, then zeros."""
+    return np.frombuffer(_S_LEADING[len(rest)].pack(w0, m, length, *rest), np.int64)
 
 
 def failed(m: int, exc: BaseException) -> Encoded:
@@ -237,8 +245,14 @@ def encode(obj, m: int, out_of_band: bool = True) -> Encoded:
     """The header and parts of ``obj`` (``m``: ``meta(method, root)``).  An object that
     cannot be pickled gives a FAILED header and the error, for the caller to raise
     after the header exchange (so that no rank is left waiting in it)."""
+    cls = obj.__class__
+    # the common cases of real libraries (allreduce of a number), written out
+    if cls is float:
+        return Encoded(np.frombuffer(_S_FLOAT.pack(FLOAT, m, 0, obj), np.int64))
+    if cls is int and -0x8000000000000000 <= obj <= 0x7FFFFFFFFFFFFFFF:
+        return Encoded(np.frombuffer(_S_LEADING[1].pack(INT, m, 0, obj), np.int64))
     try:
-        enc = _ENCODERS.get(obj.__class__)
+        enc = _ENCODERS.get(cls)
         if enc is not None:
             done = enc(obj, m)
             if done is not None:
