@@ -13,12 +13,15 @@ One protocol for every method:
 2. One collective moves the headers: allgather (allgather, allreduce, gather, reduce,
    scan, exscan), broadcast of the root's (bcast, scatter: a row per destination) or
    alltoall (alltoall).  For small objects that is the whole call.
-3. Then one round of variable-size collectives per part (allgatherv, or alltoallv to
-   the ranks that need it, or broadcast), all issued before any is waited for.
+3. Then one round per part (the pickle stream, each out-of-band buffer), all issued
+   before any is waited for: up to SMALL bytes from every rank an allgather of padded
+   blocks, above it allgatherv, alltoallv to the ranks that need the bytes, or
+   broadcast.
 
 Why every rank takes the same path without asking: the number of rounds and every
 count come from the headers, and every rank that takes part in a round holds the same
-headers (all of them, or the root's, or for alltoall each sender's most in word 1).
+headers (all of them, or the root's; for alltoall each sender's rows all carry the most
+parts any of its objects has).
 A rank that passes an int and one that passes a dict agree too: the int's header says
 "no parts", the dict's "two parts", and all ranks run max(0, 2) rounds, the int's
 rank with nothing to send.  Headers also carry the method and root, so ranks that call
@@ -68,7 +71,8 @@ def _root(root, size: int) -> int:
 
 class ObjectCalls:
     """Mixed into ``hpccoll.mpi.Comm``: uses its ``_hc``, ``_st``, ``_stats``,
-    ``_freed``, ``_blocks`` and ``_blocking``."""
+    ``_freed``, ``_blocks`` and ``_blocking``.  Each call counts as native in ``stats``
+    once its arguments are read (a bad root raises first, as in ``_comm.Comm._run``)."""
 
     # -- the methods ------------------------------------------------------------------------
     def barrier(self) -> None:
@@ -131,8 +135,7 @@ class ObjectCalls:
         _agree(table, _Failed(error), m, rows_of=root)
         if not table.rounds():
             return table.value(me)
-        # one round: scatter pickles in band.  TODO(core gather/scatter): a native
-        # scatterv instead of this alltoallv with zero counts to and from non-roots
+        # one round (scatter pickles in band)
         lengths = [table.length(i, 0) for i in range(n)]
         if max(lengths) <= SMALL:
             # every rank's bytes to all, each at its 64-byte boundary (MPI's own broadcast)
@@ -146,6 +149,8 @@ class ObjectCalls:
             if not table.own(me):
                 return table.value(me)
             return table.value(me, (buf[displs[me]:displs[me] + lengths[me]],))
+        # TODO(core gather/scatter): the core's native scatterv once it lands, instead of
+        # this alltoallv with zero counts to and from non-roots
         zeros = [0] * n
         send, scounts, sdispls = codec.EMPTY, zeros, zeros
         if me == root:
