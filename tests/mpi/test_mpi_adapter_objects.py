@@ -408,3 +408,43 @@ def test_every_call_leaves_flight_rows(adapter):
     adapter.barrier()
     assert rows()[-1] == "barrier"
     assert adapter.stats["barrier"] == {"native": before + 1, "forwarded": 0}
+
+
+# -- mpi4py's pickler ---------------------------------------------------------------------------
+
+def test_mpi4pys_pickler_and_threshold_are_used(world, adapter):
+    """Objects are pickled with MPI.pickle: a pickler installed there (dill, cloudpickle)
+    and its out-of-band threshold apply to the adapter too."""
+    n, r = world.size, world.rank
+    calls = []
+
+    # (hpccoll's control messages, tuples, go through MPI.pickle too: not counted)
+    def dumps(obj, protocol=None, buffer_callback=None):
+        if type(obj) in (dict, list):
+            calls.append("dumps")
+        return pickle.dumps(obj, protocol, buffer_callback=buffer_callback)
+
+    def loads(data, buffers=None):
+        obj = pickle.loads(data, buffers=buffers)
+        if type(obj) in (dict, list):
+            calls.append("loads")
+        return obj
+
+    saved = MPI.pickle.THRESHOLD
+    obj = {"a": [np.arange(300) + r, np.arange(200.0) * r], "s": "x" * 200}
+    try:
+        MPI.pickle.__init__(dumps, loads)
+        MPI.pickle.THRESHOLD = 1024          # both arrays out of band, 7 of them for the list
+        for x in (obj, [np.full(200, r + i) for i in range(7)]):
+            calls.clear()
+            adapter.allgather(x)
+            mine = list(calls)
+            # every rank goes on to the next collective, whatever its own verdict
+            assert world.allreduce(mine == ["dumps"] + ["loads"] * n, op=MPI.LAND), mine
+            check(world, adapter, "allgather", lambda c: c.allgather(x), "custom pickler")
+            check(world, adapter, "bcast", lambda c: c.bcast(x, root=n - 1), "custom pickler")
+            check(world, adapter, "gather", lambda c: c.gather(x, root=0), "custom pickler")
+            check(world, adapter, "scan", lambda c: c.scan(x, op=pair), "custom pickler")
+    finally:
+        MPI.pickle.__init__()
+        MPI.pickle.THRESHOLD = saved
