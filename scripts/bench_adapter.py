@@ -2,9 +2,12 @@
 """The one-line adoption path against mpi4py itself: blocking ``Allreduce`` and ``Bcast``
 (and ``Allgather``) through ``hpccoll.mpi.Comm(MPI.COMM_WORLD)`` and through a duplicate
 of ``MPI.COMM_WORLD``, on the same buffers, interleaved iteration by iteration, medians
-of the slowest rank:
+of the slowest rank; then the lowercase object methods (``allreduce`` of a Python float,
+``allgather`` of a small tuple, ...), timed as back-to-back loops of ``--loop`` calls,
+the two sides' loops interleaved:
 
     mpiexec -n 2 python scripts/bench_adapter.py [--iters 200] [--sizes 8,1K,64K,1M,16M]
+                                                 [--objects all|none|NAME,...] [--loop 50]
 
 The ratio is mpi4py's time / the adapter's (> 1: the adapter is faster).  Every result is
 checked against mpi4py's.
@@ -29,14 +32,18 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=200, help="iterations at 64 KiB and below "
                     "(larger sizes take fewer)")
     ap.add_argument("--sizes", default="8,1K,64K,1M,16M")
-    ap.add_argument("--calls", default="Allreduce,Bcast,Allgather")
+    ap.add_argument("--calls", default="Allreduce,Bcast,Allgather",
+                    help="buffer calls ('none': only the object rows)")
+    ap.add_argument("--objects", default="all", help=f"object rows: all, none or some of "
+                    f"{', '.join(OBJECT_ROWS)}")
+    ap.add_argument("--loop", type=int, default=50, help="calls per timed loop (object rows)")
     args = ap.parse_args()
     world = MPI.COMM_WORLD
     mine = world.Dup()
     comm = hpccoll.mpi.Comm(MPI.COMM_WORLD)
     n, r = world.size, world.rank
     rows = []
-    for name in args.calls.split(","):
+    for name in ([] if args.calls == "none" else args.calls.split(",")):
         for nbytes in map(parse_bytes, args.sizes.split(",")):
             count = max(1, nbytes // 4)
             iters = args.iters if nbytes <= (64 << 10) else max(30, args.iters // (
@@ -58,9 +65,12 @@ def main() -> int:
                              time_interleaved(world, [ours, theirs], iters, warmup=5))
             ok = world.allreduce(bool(np.array_equal(a, b)), op=MPI.LAND)
             rows.append((name, nbytes, t_ours, t_mpi, ok))
+    names = (list(OBJECT_ROWS) if args.objects == "all" else
+             [] if args.objects == "none" else args.objects.split(","))
+    objects = [object_row(world, comm, mine, name, args.iters, args.loop) for name in names]
     comm.context.close()
     mine.Free()
-    if r == 0:
+    if r == 0 and rows:
         print(f"hpccoll.mpi.Comm vs mpi4py, {n} ranks, float32, blocking calls, medians of the "
               "slowest rank")
         print(f"{'call':<11}{'size':>9}{'adapter us':>12}{'mpi4py us':>11}{'ratio':>8}  check")
@@ -68,7 +78,54 @@ def main() -> int:
             print(f"{name:<11}{human_bytes(nbytes):>9}{a * 1e6:>12.1f}{b * 1e6:>11.1f}"
                   f"{b / a:>8.2f}  {'ok' if ok else 'WRONG'}")
         print("ratio = mpi4py time / adapter time (> 1: the adapter is faster)")
+    if r == 0 and objects:
+        print(f"\nlowercase object methods, {n} ranks, loops of {args.loop} calls back to "
+              "back, medians of the slowest rank, per call")
+        print(f"{'call':<34}{'adapter us':>12}{'mpi4py us':>11}{'ratio':>8}  check")
+        for name, a, b, ok in objects:
+            print(f"{name:<34}{a * 1e6:>12.1f}{b * 1e6:>11.1f}{b / a:>8.2f}  "
+                  f"{'ok' if ok else 'WRONG'}")
     return 0
+
+
+# name -> (method, argument of rank r): what real libraries send most (issue 34)
+OBJECT_ROWS = {
+    "allreduce(float)": ("allreduce", lambda r: 0.5 + r),
+    "allreduce(int, MPI.MAX)": ("allreduce_max", lambda r: r),
+    "allgather(tuple)": ("allgather", lambda r: (3, 4 + r)),
+    "allgather(str)": ("allgather", lambda r: f"node{r:03d}"),
+    "allgather(dict)": ("allgather", lambda r: {"rank": r, "shape": (3, 4)}),
+    "bcast(dict)": ("bcast", lambda r: {"step": 7, "lr": 0.1}),
+    "allreduce(1 KiB array)": ("allreduce", lambda r: np.full(128, r, np.float64)),
+    "allgather(1 MiB array)": ("allgather", lambda r: np.full(1 << 17, r, np.float64)),
+}
+
+
+def object_row(world, comm, mine, name, iters, loop):
+    """(name, adapter s, mpi4py s, results equal) of one lowercase call, per call."""
+    from mpi4py import MPI
+    method, make = OBJECT_ROWS[name]
+    x = make(world.rank)
+    if method == "allreduce_max":
+        call = lambda c: c.allreduce(x, MPI.MAX)  # noqa: E731
+    else:
+        call = lambda c: getattr(c, method)(x)  # noqa: E731
+    got, want = call(comm), call(mine)
+    same = repr(got) == repr(want) and (not isinstance(want, np.ndarray)
+                                        or np.array_equal(got, want))
+    if isinstance(want, list) and want and isinstance(want[0], np.ndarray):
+        same = all(np.array_equal(a, b) for a, b in zip(got, want))
+    ok = world.allreduce(same, op=MPI.LAND)
+
+    def looped(c):
+        def run():
+            for _ in range(loop):
+                call(c)
+        return run
+    samples = max(10, iters // 10)
+    t_ours, t_mpi = (float(np.median(t)) / loop for t in
+                     time_interleaved(world, [looped(comm), looped(mine)], samples, warmup=2))
+    return name, t_ours, t_mpi, ok
 
 
 if __name__ == "__main__":

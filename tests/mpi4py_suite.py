@@ -4,12 +4,14 @@
     mpiexec -n N python tests/mpi4py_suite.py run      # run them through the adapter
 
 ``fetch`` downloads the sdist of the installed mpi4py version from PyPI (pip download) and
-keeps its test files in .mpi4py-suite/ (ignored by git: nothing of mpi4py's is committed).
+keeps its test files, and its OSU benchmark demos (demo/osu_*.py, which
+scripts/osu_adapter.py runs), in .mpi4py-suite/ (ignored by git: nothing of mpi4py's is
+committed).
 Exit status 0 when the files are there, 3 when they cannot be had (no network), except under
 HPCCOLL_REQUIRE_MPI4PY_SUITE=1 (CI), where that is a failure (1): CI must run the suite.
 
-``run`` runs test_cco_buf, test_cco_nb_buf, test_cco_vec and test_cco_nb_vec as mpi4py
-wrote them, with mpi4py's arrayimpl (array.array, NumPy, DLPack and the GPU-like arrays that
+``run`` runs test_cco_buf, test_cco_nb_buf, test_cco_vec, test_cco_nb_vec and test_cco_obj
+as mpi4py wrote them, with mpi4py's arrayimpl (array.array, NumPy, DLPack and the GPU-like arrays that
 expose ``__cuda_array_interface__`` over host memory), on every rank.  The only change: each
 test's communicator is replaced, after the test's own setUp, by an ``hpccoll.mpi.Comm`` on
 one hpccoll context (COMM_SELF and COMM_WORLD by one adapter each, a test's Dup by an adapter
@@ -35,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".mpi4py-suite"
-MODULES = ("test_cco_buf", "test_cco_nb_buf", "test_cco_vec", "test_cco_nb_vec")
+MODULES = ("test_cco_buf", "test_cco_nb_buf", "test_cco_vec", "test_cco_nb_vec", "test_cco_obj")
 # what those modules import from mpi4py's test directory
 SUPPORT = ("arrayimpl.py", "dlpackimpl.py", "mpiunittest.py", "mpitestutil.py")
 REQUIRE = "HPCCOLL_REQUIRE_MPI4PY_SUITE"
@@ -60,11 +62,20 @@ def test_dir(version: str) -> Path:
     return CACHE / f"mpi4py-{version}" / "test"
 
 
+def demo_dir(version: str) -> Path:
+    return CACHE / f"mpi4py-{version}" / "demo"
+
+
+def _is_osu(name: str) -> bool:
+    return name.startswith("osu_") and name.endswith(".py")
+
+
 def fetch() -> int:
     version = _version()
     dest = test_dir(version)
     names = [f"{m}.py" for m in MODULES] + list(SUPPORT)
-    if all((dest / n).is_file() for n in names):
+    demos = demo_dir(version)
+    if all((dest / n).is_file() for n in names) and any(demos.glob("osu_*.py")):
         print(f"mpi4py {version} test files: {dest.relative_to(ROOT)} (cached)")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,6 +102,11 @@ def fetch() -> int:
                 (part / n).write_bytes(tar.extractfile(members[n]).read())
             shutil.rmtree(dest, ignore_errors=True)
             part.rename(dest)
+            demos.mkdir(exist_ok=True)
+            for m in tar.getmembers():
+                p = Path(m.name)
+                if m.isfile() and p.parent.name == "demo" and _is_osu(p.name):
+                    (demos / p.name).write_bytes(tar.extractfile(m).read())
     print(f"mpi4py {version} test files: fetched into {dest.relative_to(ROOT)}")
     return 0
 

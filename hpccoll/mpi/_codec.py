@@ -1,0 +1,449 @@
+"""Python objects as the adapter's lowercase methods move them (``_objects.py``).
+
+Every object becomes a **header** of ``WORDS`` (16) int64 words, the same size for every
+object, and zero or more byte **parts**:
+
+    word 0    kind (bits 0-7), aux (8-31: dtype, length, element types, buffers),
+              rounds (32-62: parts the sender has, its most for alltoall)
+    word 1    the call: method and root, the same in every header of one call
+    word 2    length of part 0 (a pickle stream, or an array's bytes)
+    word 3-15 the value itself (104 bytes), an array's shape, or the lengths of the
+              first out-of-band buffers
+
+What fits in words 3-15 travels in the header alone: None, bool, int (int64's range),
+float, complex, NumPy scalars of the numeric dtypes below, str and bytes up to 104
+bytes (UTF-8), tuples and lists of up to 10 ints, floats, bools or Nones (shapes,
+counts, small records), none of them pickled; and any other object whose pickle stream
+is that short.  A NumPy array of those dtypes (up to 7-D) is part 0 as it lies in
+memory (C or Fortran order; anything else is copied to C order first, as pickle does).
+Anything else is pickled with mpi4py's own pickler (``MPI.pickle``: its dumps/loads,
+protocol and threshold, so a custom pickler set there is used here too): protocol 5,
+buffers of at least ``MPI.pickle.THRESHOLD`` bytes out of band (parts 1, 2, ..., never
+copied), as ``mpi4py.util.pkl5`` does.  The methods that send one object per
+destination (scatter, alltoall) pickle in band.
+
+A header of 128 bytes against mpi4py's 8-byte count: one collective of 128 bytes per
+rank costs what one of 8 bytes costs, and saves the second collective for every object
+above.
+
+Decoded values are new objects, as after mpi4py's pickle round trip: arrays and
+out-of-band buffers are views of the receive buffer of their round.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ..errors import CollectiveMismatch, HpcCollError
+from ._types import MPI
+
+WORDS = 16
+INLINE = WORDS - 3             # words 3-15
+INLINE_BYTES = INLINE * 8
+MAX_ITEMS = 10                 # of a tuple or list in the header (aux: 4 + 2 bits each)
+MAX_NDIM = 7                   # of an array moved as its bytes (aux: 3 bits)
+
+# kinds
+(NONE, BOOL, INT, FLOAT, COMPLEX, NPSCALAR, STR, RAW, TUPLE, LIST, ARRAY, PICKLED,
+ SMALL_PICKLE) = range(1, 14)
+FAILED = 255                   # the sender could not encode its object (it raises why)
+
+_AUX_SHIFT, _ROUNDS_SHIFT = 8, 32
+_AUX_MASK = (1 << 24) - 1
+_FAILED_CALL = 1 << 62        # word 1 of a FAILED header: no rank's call looks like it
+_I64 = (-(1 << 63), 1 << 63)
+
+# NumPy dtypes moved as their bytes; the code is the aux field.  Compared by the type
+# character too: 'q' (longlong) equals 'l' (int64) as a dtype but pickles as itself.
+_DTYPES = tuple(np.dtype(c) for c in "?bBhHiIlLefdFD")
+_DTYPE_CODE = {dt: i for i, dt in enumerate(_DTYPES)}
+_SCALAR_TYPES = {dt.type: i for i, dt in enumerate(_DTYPES)}
+
+_EMPTY = np.empty(0, np.uint8)
+_structs: dict = {}
+
+
+def _struct(fmt: str) -> struct.Struct:
+    s = _structs.get(fmt)
+    if s is None:
+        s = _structs[fmt] = struct.Struct(fmt)
+    return s
+
+
+_S_FLOAT = _struct(f"<3qd{INLINE_BYTES - 8}x")
+_S_COMPLEX = _struct(f"<3q2d{INLINE_BYTES - 16}x")
+_S_BYTES = _struct(f"<3q{INLINE_BYTES}s")
+
+_DOUBLE = _struct("<d")
+
+
+def floats(n: int) -> struct.Struct:
+    """Reads word 3 of n headers as floats."""
+    return _struct("<" + f"24xd{INLINE_BYTES - 8}x" * n)
+
+
+def meta(method: int, root: int) -> int:
+    """Word 1: what every rank's header of one call shares (_objects._headers writes it
+    out)."""
+    return method | (root << 8)
+
+
+class Encoded:
+    """One object, encoded: its header (int64[WORDS]), its parts (uint8 arrays), or
+    the exception encoding raised (the header then says FAILED)."""
+    __slots__ = ("header", "parts", "error")
+
+    def __init__(self, header, parts=(), error=None):
+        self.header, self.parts, self.error = header, parts, error
+
+
+def _header(fmt_struct, *words) -> np.ndarray:
+    return np.frombuffer(fmt_struct.pack(*words), np.int64)
+
+
+_S_LEADING = [_struct(f"<{3 + k}q{8 * (INLINE - k)}x") for k in range(INLINE + 1)]
+
+
+def _ints(w0, m, length, *rest) -> np.ndarray:
+    """A header of int words: these, then zeros."""
+    return np.frombuffer(_S_LEADING[len(rest)].pack(w0, m, length, *rest), np.int64)
+
+
+def failed(m: int, exc: BaseException) -> Encoded:
+    return Encoded(_ints(FAILED, m | _FAILED_CALL, 0), (), exc)
+
+
+# -- encoding -------------------------------------------------------------------------------
+
+def _none(obj, m):
+    return Encoded(_ints(NONE, m, 0))
+
+
+def _bool(obj, m):
+    return Encoded(_ints(BOOL, m, 0, int(obj)))
+
+
+def _int(obj, m):
+    if not _I64[0] <= obj < _I64[1]:
+        return None              # a Python int beyond int64: pickled
+    return Encoded(_ints(INT, m, 0, obj))
+
+
+def _float(obj, m):
+    return Encoded(_header(_S_FLOAT, FLOAT, m, 0, obj))
+
+
+def _complex(obj, m):
+    return Encoded(_header(_S_COMPLEX, COMPLEX, m, 0, obj.real, obj.imag))
+
+
+def _str(obj, m):
+    try:
+        data = obj.encode()
+    except UnicodeEncodeError:   # lone surrogates: pickle keeps them
+        return None
+    if len(data) > INLINE_BYTES:
+        return None
+    return Encoded(_header(_S_BYTES, STR | (len(data) << _AUX_SHIFT), m, 0, data))
+
+
+def _bytes(obj, m):
+    if len(obj) > INLINE_BYTES:
+        return None
+    return Encoded(_header(_S_BYTES, RAW | (len(obj) << _AUX_SHIFT), m, 0, obj))
+
+
+def _npscalar(obj, m):
+    code = _SCALAR_TYPES[obj.__class__]
+    return Encoded(_header(_S_BYTES, NPSCALAR | (code << _AUX_SHIFT), m, 0, obj.tobytes()))
+
+
+# element codes of a small tuple or list: 2 bits each, after 4 bits of length
+_E_INT, _E_FLOAT, _E_BOOL, _E_NONE = range(4)
+
+
+def _sequence(obj, m, kind):
+    n = len(obj)
+    if n > MAX_ITEMS:
+        return None
+    for v in obj:               # ints only (a shape): element codes all 0
+        if v.__class__ is not int or not _I64[0] <= v < _I64[1]:
+            break
+    else:
+        return Encoded(_ints(kind | (n << _AUX_SHIFT), m, 0, *obj))
+    aux, words, fmt = n, [], "<3q"
+    for j, v in enumerate(obj):
+        t = v.__class__
+        if t is int:
+            if not _I64[0] <= v < _I64[1]:
+                return None
+            code, fmt = _E_INT, fmt + "q"
+        elif t is float:
+            code, fmt = _E_FLOAT, fmt + "d"
+        elif t is bool:
+            code, v, fmt = _E_BOOL, int(v), fmt + "q"
+        elif v is None:
+            code, v, fmt = _E_NONE, 0, fmt + "q"
+        else:
+            return None
+        aux |= code << (4 + 2 * j)
+        words.append(v)
+    fmt += f"{8 * (INLINE - n)}x"
+    return Encoded(_header(_struct(fmt), kind | (aux << _AUX_SHIFT), m, 0, *words))
+
+
+def _tuple(obj, m):
+    return _sequence(obj, m, TUPLE)
+
+
+def _list(obj, m):
+    return _sequence(obj, m, LIST)
+
+
+def _array(obj, m):
+    dt = obj.dtype
+    code = _DTYPE_CODE.get(dt)
+    if code is None or dt.char != _DTYPES[code].char or obj.ndim > MAX_NDIM:
+        return None
+    flags = obj.flags
+    fortran = 0
+    if flags.c_contiguous:
+        flat = obj.reshape(-1)
+    elif flags.f_contiguous:
+        flat, fortran = obj.reshape(-1, order="F"), 1
+    else:                        # what pickle sends of it: a C-ordered copy
+        flat = np.ascontiguousarray(obj).reshape(-1)
+    data = flat.view(np.uint8)
+    aux = code | (obj.ndim << 5) | (fortran << 8)
+    return Encoded(_ints(ARRAY | (aux << _AUX_SHIFT) | (1 << _ROUNDS_SHIFT), m, data.size,
+                         *obj.shape), (data,))
+
+
+def pickled(obj, m, out_of_band: bool = True) -> Encoded:
+    """``obj`` through mpi4py's pickler: a stream that fits in the header, or part 0 the
+    stream, then its out-of-band buffers (all in band with ``out_of_band`` False)."""
+    if out_of_band:
+        stream, buffers = MPI.pickle.dumps_oob(obj)
+    else:
+        stream, buffers = MPI.pickle.dumps(obj), ()
+    if not buffers and len(stream) <= INLINE_BYTES:
+        return Encoded(_header(_S_BYTES, SMALL_PICKLE | (len(stream) << _AUX_SHIFT), m, 0,
+                               stream))
+    parts = [np.frombuffer(stream, np.uint8)]
+    parts += [np.frombuffer(b, np.uint8) for b in buffers]
+    w0 = PICKLED | (len(buffers) << _AUX_SHIFT) | (len(parts) << _ROUNDS_SHIFT)
+    return Encoded(_ints(w0, m, parts[0].size, *[p.size for p in parts[1:1 + INLINE]]), parts)
+
+
+_ENCODERS = {type(None): _none, bool: _bool, int: _int, float: _float, complex: _complex,
+             str: _str, bytes: _bytes, tuple: _tuple, list: _list, np.ndarray: _array}
+_ENCODERS.update((t, _npscalar) for t in _SCALAR_TYPES)
+
+
+def encode(obj, m: int, out_of_band: bool = True) -> Encoded:
+    """The header and parts of ``obj`` (``m``: ``meta(method, root)``).  An object that
+    cannot be pickled gives a FAILED header and the error, for the caller to raise
+    after the header exchange (so that no rank is left waiting in it)."""
+    cls = obj.__class__
+    # the common cases of real libraries (allreduce of a number), written out
+    if cls is float:
+        return Encoded(np.frombuffer(_S_FLOAT.pack(FLOAT, m, 0, obj), np.int64))
+    if cls is int and -0x8000000000000000 <= obj <= 0x7FFFFFFFFFFFFFFF:
+        return Encoded(np.frombuffer(_S_LEADING[1].pack(INT, m, 0, obj), np.int64))
+    try:
+        enc = _ENCODERS.get(cls)
+        if enc is not None:
+            done = enc(obj, m)
+            if done is not None:
+                return done
+        return pickled(obj, m, out_of_band)
+    except Exception as exc:
+        return failed(m, exc)
+
+
+def encode_each(objs, n: int, m: int):
+    """scatter's and alltoall's ``n`` objects: (int64 table of n headers, their parts,
+    the error or None).  The rounds of every header are the most parts any of them has,
+    so that every receiver learns how many rounds follow.  The same object given for
+    several destinations is encoded once."""
+    table = np.zeros((n, WORDS), np.int64)
+    try:
+        items = [None] * n if objs is None else list(objs)
+        if len(items) != n:
+            raise ValueError(f"expecting {n} items, got {len(items)}")
+    except Exception as exc:
+        table[:] = failed(m, exc).header
+        return table, [()] * n, exc
+    seen: dict = {}
+    parts = []
+    for i, obj in enumerate(items):
+        enc = seen.get(id(obj))
+        if enc is None:
+            enc = seen[id(obj)] = encode(obj, m, out_of_band=False)
+            if enc.error is not None:
+                table[:] = enc.header
+                return table, [()] * n, enc.error
+        table[i] = enc.header
+        parts.append(enc.parts)
+    low = table[:, 0] & ((1 << _ROUNDS_SHIFT) - 1)
+    table[:, 0] = low | (table[:, 0] >> _ROUNDS_SHIFT).max() << _ROUNDS_SHIFT
+    return table, parts, None
+
+
+# -- the gathered headers -------------------------------------------------------------------
+
+class Table:
+    """Headers of one call, one per row (from every rank, or a root's rows), read once
+    into Python ints: every rank that holds the same rows takes the same decisions."""
+    __slots__ = ("raw", "ints", "n", "extra")
+
+    def __init__(self, raw: np.ndarray, n: int):
+        self.raw, self.n = raw, n
+        self.ints = raw.tolist()
+        self.extra = None        # lengths of out-of-band buffers past the inline ones
+
+    def kind(self, i: int) -> int:
+        return self.ints[WORDS * i] & 0xFF
+
+    def rounds(self) -> int:
+        """How many rounds of parts follow (the same on every rank that holds these rows)."""
+        return max(self.ints[0::WORDS]) >> _ROUNDS_SHIFT
+
+    def own(self, i: int) -> int:
+        """Parts of row i's object (its rounds may be its sender's most, for alltoall)."""
+        kind = self.kind(i)
+        if kind == ARRAY:
+            return 1
+        return 1 + self.nbuf(i) if kind == PICKLED else 0
+
+    def nbuf(self, i: int) -> int:
+        w = self.ints[WORDS * i]
+        return (w >> _AUX_SHIFT) & _AUX_MASK if w & 0xFF == PICKLED else 0
+
+    def overflow(self) -> list:
+        """Per row, how many out-of-band lengths the header could not hold."""
+        return [max(0, self.nbuf(i) - INLINE) for i in range(self.n)]
+
+    def length(self, i: int, k: int) -> int:
+        """Bytes of row i's part k (0 where it has none)."""
+        if k >= self.own(i):
+            return 0
+        if k == 0:
+            return self.ints[WORDS * i + 2]
+        if k <= INLINE:
+            return self.ints[WORDS * i + 2 + k]
+        return self.extra[i][k - 1 - INLINE]
+
+    # -- agreement ----------------------------------------------------------------------
+    def check(self, names: dict, mine: int, rows_of=None) -> None:
+        """Raise CollectiveMismatch if a row was sent by another method or with another
+        root than ``mine`` (``meta(method, root)``); every rank holding these rows raises
+        it alike.  Then raise if a sender could not encode its object."""
+        ints, n = self.ints, self.n
+        calls = ints[1::WORDS]
+        if calls.count(mine) == n:
+            return
+        calls = [c & ~_FAILED_CALL for c in calls]
+        if any(c != mine for c in calls):
+            def say(c):
+                method, root = c & 0xFF, c >> 8
+                name = names.get(method, f"method {method}")
+                return f"{name}(root={root})" if name in ROOTED else name
+            ranks = [i if rows_of is None else rows_of for i in range(n)]
+            odd = sorted({r for r, c in zip(ranks, calls) if c != mine})
+            fields = {"collective": {r: say(c) for r, c in zip(ranks, calls)}}
+            text = ", ".join(f"rank {r}: {say(c)}" for r, c in sorted(set(zip(ranks, calls))))
+            raise CollectiveMismatch(f"ranks called different lowercase collectives on one "
+                                     f"communicator, expected {say(mine)} ({text})",
+                                     ranks=odd, fields=fields)
+        bad = [i for i in range(n) if ints[WORDS * i] & 0xFF == FAILED]
+        if bad:
+            who = bad if rows_of is None else [rows_of]
+            raise HpcCollError(f"rank{'s' if len(who) > 1 else ''} "
+                               f"{', '.join(map(str, who))} could not send its object "
+                               "(that rank raised the error)")
+
+    # -- values ---------------------------------------------------------------------------
+    def value(self, i: int, parts=()):
+        """Row i's object, from the header alone or from its received ``parts``."""
+        base = WORDS * i
+        w = self.ints[base]
+        kind = w & 0xFF
+        if kind == INT:
+            return self.ints[base + 3]
+        if kind == FLOAT:
+            return self._float(base + 3)
+        if kind == NONE:
+            return None
+        aux = (w >> _AUX_SHIFT) & _AUX_MASK
+        if kind == BOOL:
+            return self.ints[base + 3] != 0
+        if kind == TUPLE or kind == LIST:
+            items = self._items(base, aux)
+            return tuple(items) if kind == TUPLE else items
+        if kind == COMPLEX:
+            return complex(self._float(base + 3), self._float(base + 4))
+        if kind == STR or kind == RAW or kind == SMALL_PICKLE:
+            start = 8 * (base + 3)
+            data = self.raw.view(np.uint8)[start:start + aux].tobytes()
+            if kind == SMALL_PICKLE:
+                return MPI.pickle.loads(data)
+            return data.decode() if kind == STR else data
+        if kind == NPSCALAR:
+            dt = _DTYPES[aux]
+            start = 8 * (base + 3)
+            return self.raw.view(np.uint8)[start:start + dt.itemsize].view(dt)[0]
+        if kind == ARRAY:
+            dt = _DTYPES[aux & 0x1F]
+            ndim, order = (aux >> 5) & MAX_NDIM, "F" if aux >> 8 & 1 else "C"
+            shape = self.ints[base + 3:base + 3 + ndim]
+            return parts[0].view(dt).reshape(shape, order=order)
+        if kind == PICKLED:
+            if len(parts) == 1:
+                return MPI.pickle.loads(parts[0])
+            return MPI.pickle.loads_oob(parts[0], list(parts[1:]))
+        raise HpcCollError(f"object header of kind {kind}: not one this version sends "
+                           "(ranks running different hpccoll versions?)")
+
+    def _float(self, word: int) -> float:
+        return _DOUBLE.unpack_from(self.raw, 8 * word)[0]
+
+    def _items(self, base: int, aux: int) -> list:
+        if aux < 0x10:          # ints only
+            return self.ints[base + 3:base + 3 + aux]
+        out = []
+        for j in range(aux & 0xF):
+            code = (aux >> (4 + 2 * j)) & 0x3
+            word = base + 3 + j
+            if code == _E_INT:
+                out.append(self.ints[word])
+            elif code == _E_FLOAT:
+                out.append(self._float(word))
+            elif code == _E_BOOL:
+                out.append(self.ints[word] != 0)
+            else:
+                out.append(None)
+        return out
+
+
+ROOTED = {"bcast", "gather", "scatter", "reduce"}
+
+
+def aligned(counts) -> tuple:
+    """(displacements, total) for blocks of ``counts`` bytes, each starting on 64
+    bytes: arrays decoded in place are aligned to their dtype."""
+    displs, at = [], 0
+    for c in counts:
+        displs.append(at)
+        at += (c + 63) & ~63
+    return displs, at
+
+
+def own_copy(enc: Encoded) -> list:
+    """The sender's own parts, copied: what its decoded result may be made of (mpi4py's
+    root gets a new object too, never its argument)."""
+    return [p.copy() for p in enc.parts]
+
+
+EMPTY = _EMPTY
