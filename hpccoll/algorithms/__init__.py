@@ -1,7 +1,7 @@
 """Algorithm families and the table that picks one per collective.
 
 Each family is a module of pure step machines (``ring``, ``tree``, ``doubling``,
-``pairwise``, ``shm``).  ``TABLE`` lists, per collective, candidates in priority order;
+``pairwise``, ``linear``, ``prefix``, ``shm``).  ``TABLE`` lists, per collective, candidates in priority order;
 the first whose predicate holds is used, unless a calibration measured another
 candidate faster for this size (``Choice.prefer``: hpccoll/algorithms/calibration.py) and that
 candidate can run here (``applies``).  The MPI library's own nonblocking collective is
@@ -18,7 +18,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, NamedTuple
 
-from . import cma, doubling, pairwise, ring, shm, tree
+from . import cma, doubling, linear, pairwise, prefix, ring, shm, tree
 from .primitives import Signal, Wait, WaitFlags, prescaled, scratch_extent
 from ..base.mismatch import ALGO_CODES
 from .spec import COLLECTIVES, Spec
@@ -236,6 +236,19 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
     "allgatherv": [("ring", _always, ring.allgatherv)],
     "reduce_scatterv": [("ring", _always, ring.reduce_scatterv)],
     "alltoallv": [("pairwise", _always, pairwise.alltoallv)],
+    # rooted and prefix collectives: MPI's own wherever it can run them (they move each
+    # block once, as hpccoll's would, with less Python per call); hpccoll's own for the
+    # rest (float16, bfloat16, keyed calls, ops MPI lacks)
+    "gather": [("mpi", _native, MPI), ("binomial", _small, tree.gather),
+               ("linear", _always, linear.gather)],
+    "scatter": [("mpi", _native, MPI), ("binomial", _small, tree.scatter),
+                ("linear", _always, linear.scatter)],
+    "scan": [("mpi", _native, MPI), ("doubling", _small, prefix.scan_doubling),
+             ("chain", _always, prefix.scan_chain)],
+    "exscan": [("mpi", _native, MPI), ("doubling", _small, prefix.exscan_doubling),
+               ("chain", _always, prefix.exscan_chain)],
+    "gatherv": [("linear", _always, linear.gatherv)],
+    "scatterv": [("linear", _always, linear.scatterv)],
 }
 # every algorithm has its number in the mismatch fingerprint (ranks must agree on it)
 _UNNUMBERED = {name for rows in TABLE.values() for name, _, _ in rows} - set(ALGO_CODES)
@@ -260,7 +273,7 @@ class Program(NamedTuple):
 def message_bytes(coll: str, count: int, size: int, itemsize: int) -> int:
     """The size the selection looks at: the whole vector a rank ends up with.  (The
     variable-count collectives pass their total count.)"""
-    if coll in ("allgather", "reduce_scatter", "alltoall"):
+    if coll in ("allgather", "reduce_scatter", "alltoall", "gather", "scatter"):
         return count * size * itemsize
     return count * itemsize
 
