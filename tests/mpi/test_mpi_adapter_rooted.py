@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from tests.mpi.conftest import POLICY
 from tests.mpi.twins import (ALL_DTYPES, DISPL, FORMS, assert_same, data, forwarded_calls,
                              mpi_type, ops_for, padded, spec, twin)
 
@@ -258,6 +259,8 @@ def test_forwarded_where_hpccoll_cannot(world, adapter):
          compare=at_root(r, 0, n))
 
 
+@pytest.mark.skipif(POLICY == "fifo", reason="fifo may deadlock on divergent orders "
+                    "(the contract: the watchdog turns it into CollectiveTimeout)")
 def test_divergent_order_on_two_adapted_communicators(world, adapter):
     """Nonblocking rooted calls on two adapters, started in opposite orders by odd and
     even ranks, all complete (hpccoll's scheduling; MPI's own would too)."""
