@@ -56,6 +56,8 @@ def check_algo(work, comm, algo, dtype):
         assert got != "mpi"         # MPI has no float16: hpccoll's own run it
     elif algo == "cma" and not (shm and len(shm["local"]) == comm.size and shm["area"].cma):
         assert got != "cma"         # (single copy needs every rank on one node, and CMA)
+    elif algo == "shm" and not (shm and len(shm["local"]) == comm.size):
+        assert got != "shm"         # (node-shared memory needs every rank on one node)
     else:
         assert got == algo, (algo, got)
 

@@ -14,7 +14,8 @@ SEED_RUNS = 3   # interleavings per case (the simulator delivers at random momen
 
 
 def algos(coll):
-    return [name for name, _, _ in TABLE[coll] if name != "mpi"]
+    """Point-to-point and single-copy ones ("shm": test_shm_rooted below)."""
+    return [name for name, _, _ in TABLE[coll] if name not in ("mpi", "shm")]
 
 
 def roots(n):
@@ -260,3 +261,53 @@ def test_large_messages_are_suspendable_in_chunks(coll):
         prog = build(Spec(coll, r, 3, 100, chunk=10, depth=2, root=1), algo)
         if coll in ("gather", "scatter") and r != 1 or coll in ("scan", "exscan"):
             assert prog.waits >= 10, (coll, r, prog.waits)
+
+
+@pytest.mark.parametrize("coll", ["gather", "scatter"])
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_shm_rooted(coll, n, inplace):
+    """Staged through node-shared slots: more chunks than slots, slots with garbage in
+    them, epochs after a base (previous collectives)."""
+    from hpccoll.algorithms import shm
+    fn = shm.gather if coll == "gather" else shm.scatter
+    for m, chunk, slots, base in [(0, 6, 2, 0), (1, 6, 2, 5), (23, 6, 2, 3), (40, 12, 3, 11)]:
+        for root in roots(n):
+            progs, bufs = [], []
+            whole = inputs(1, n * m, seed=m + root)[0]
+            for r in range(n):
+                prog = build(Spec(coll, r, n, m, chunk=chunk, slots=slots, root=root,
+                                  inplace=inplace and r == root, local=tuple(range(n))), "shm")
+                progs.append(prog)
+                here = r == root
+                if coll == "gather":
+                    recv = np.full(n * m if here else 0, 99, np.int64)
+                    send = whole[r * m:(r + 1) * m].copy()
+                    if inplace and here:
+                        recv[r * m:(r + 1) * m] = send
+                        send = recv[r * m:(r + 1) * m]
+                else:
+                    send = whole.copy() if here else np.empty(0, np.int64)
+                    recv = np.full(m, 99, np.int64)
+                    if inplace and here:
+                        recv = send[r * m:(r + 1) * m]
+                bufs.append([send, recv, np.empty(prog.scratch, np.int64)])
+            for seed in range(SEED_RUNS):
+                sl = [[np.full(chunk, 77, np.int64) for _ in range(slots)] for _ in range(n)]
+                cs = []
+                for send, recv, scratch in bufs:
+                    if (off := _inside(send, recv)) is not None:
+                        c = recv.copy()
+                        cs.append([c[off:off + send.size], c, scratch])
+                    elif (off := _inside(recv, send)) is not None:
+                        c = send.copy()
+                        cs.append([c, c[off:off + recv.size], scratch])
+                    else:
+                        cs.append([send.copy(), recv.copy(), scratch])
+                stepsim.run(progs, cs, seed=seed, slots=sl, base=base)
+                if coll == "gather":
+                    np.testing.assert_array_equal(cs[root][RECV], whole,
+                                                  err_msg=f"m {m} root {root} seed {seed}")
+                else:
+                    for r in range(n):
+                        np.testing.assert_array_equal(cs[r][RECV], whole[r * m:(r + 1) * m])
