@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The one-line adoption path against mpi4py itself: blocking ``Allreduce`` and ``Bcast``
-(and ``Allgather``) through ``hpccoll.mpi.Comm(MPI.COMM_WORLD)`` and through a duplicate
+(and ``Allgather``, ``Gather``, ``Scatter``) through ``hpccoll.mpi.Comm(MPI.COMM_WORLD)`` and through a duplicate
 of ``MPI.COMM_WORLD``, on the same buffers, interleaved iteration by iteration, medians
 of the slowest rank; then the lowercase object methods (``allreduce`` of a Python float,
 ``allgather`` of a small tuple, ...), timed as back-to-back loops of ``--loop`` calls,
@@ -32,7 +32,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=200, help="iterations at 64 KiB and below "
                     "(larger sizes take fewer)")
     ap.add_argument("--sizes", default="8,1K,64K,1M,16M")
-    ap.add_argument("--calls", default="Allreduce,Bcast,Allgather",
+    ap.add_argument("--calls", default="Allreduce,Bcast,Allgather,Gather,Scatter",
                     help="buffer calls ('none': only the object rows)")
     ap.add_argument("--objects", default="all", help=f"object rows: all, none or some of "
                     f"{', '.join(OBJECT_ROWS)}")
@@ -56,6 +56,18 @@ def main() -> int:
                 a = np.full(count, r, np.float32)
                 b = a.copy()
                 ours, theirs = (lambda: comm.Bcast(a, root=0)), (lambda: mine.Bcast(b, root=0))
+            elif name == "Gather":      # the size is the root's whole receive buffer
+                per = max(1, count // n)
+                x = np.full(per, r, np.float32)
+                a, b = np.zeros(n * per, np.float32), np.zeros(n * per, np.float32)
+                ours, theirs = (lambda: comm.Gather(x, a, root=0)), \
+                    (lambda: mine.Gather(x, b, root=0))
+            elif name == "Scatter":     # the size is the root's whole send buffer
+                per = max(1, count // n)
+                x = (np.arange(n * per) % 7).astype(np.float32)
+                a, b = np.empty(per, np.float32), np.empty(per, np.float32)
+                ours, theirs = (lambda: comm.Scatter(x, a, root=0)), \
+                    (lambda: mine.Scatter(x, b, root=0))
             else:
                 per = max(1, count // n)
                 x = np.full(per, r, np.float32)

@@ -1,7 +1,8 @@
 """Algorithm families and the table that picks one per collective.
 
 Each family is a module of pure step machines (``ring``, ``tree``, ``doubling``,
-``pairwise``, ``shm``).  ``TABLE`` lists, per collective, candidates in priority order;
+``pairwise``, ``linear``, ``prefix``, ``shm``).
+``TABLE`` lists, per collective, candidates in priority order;
 the first whose predicate holds is used, unless a calibration measured another
 candidate faster for this size (``Choice.prefer``: hpccoll/algorithms/calibration.py) and that
 candidate can run here (``applies``).  The MPI library's own nonblocking collective is
@@ -18,7 +19,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, NamedTuple
 
-from . import cma, doubling, pairwise, ring, shm, tree
+from . import cma, doubling, linear, pairwise, prefix, ring, shm, tree
 from .primitives import Signal, Wait, WaitFlags, prescaled, scratch_extent
 from ..base.mismatch import ALGO_CODES
 from .spec import COLLECTIVES, Spec
@@ -196,6 +197,40 @@ def _calibrated_only(c: Choice) -> bool:
 _CMA_REDUCE_BYTES = 4 << 20
 
 
+def _cma_gather(c: Choice) -> bool:
+    """gather: the root reads every peer's input straight into its output (one copy, one
+    flag round), above 1 MiB (the root's whole output).  Against MPI's own run for
+    hpccoll through the adapter, 2 ranks on a crowded 2-core machine (other jobs at load
+    8-10: single runs, noisy): 4 MiB 2.7 against 4.6 ms, 16 MiB 5.1 against 8.7, 2 MiB
+    1.3 against 2.5; 1 MiB 377 against 344 us, 512 KiB 353 against 519."""
+    return _cma(c) and c.nbytes > _CMA_GATHER_BYTES
+
+
+def _cma_scatter(c: Choice) -> bool:
+    """scatter: every rank reads its block straight from the root's input, above 256 KiB
+    (the root's whole input; same runs as ``_cma_gather``: 512 KiB 466 against 517 us,
+    1 MiB 92 against 116, 4 MiB 299 against 397, 16 MiB 1.24 against 2.13 ms; 128 KiB
+    410 against 325)."""
+    return _cma(c) and c.nbytes > _CMA_SCATTER_BYTES
+
+
+_CMA_GATHER_BYTES = 1 << 20
+_CMA_SCATTER_BYTES = 256 << 10
+
+
+def _shm_rooted(c: Choice) -> bool:
+    """gather, scatter: staged through node-shared slots, run in C, above 8 KiB (up to
+    where single copy takes over).  Against MPI's own run for hpccoll through the adapter
+    (2 ranks, load 3-4 from other jobs, one run): gather 16 KiB 59 against 78 us, 64 KiB
+    49 against 76, 256 KiB 55 against 84, 1 MiB 114 against 180; scatter 16 KiB 27
+    against 71, 64 KiB 38 against 82, 256 KiB 86 against 108; 1 KiB even (53 against
+    58, 19 against 21): MPI's own (persistent requests) keeps the tiny ones."""
+    return c.shm == "flat" and c.nbytes > _SHM_ROOTED_BYTES
+
+
+_SHM_ROOTED_BYTES = 8 << 10
+
+
 # What a candidate needs to run at all, whatever the size: the rows' predicates add the
 # sizes where each is the built-in choice.  A calibration's pick is used only where it
 # applies (another machine's table may name shared memory where there is none).
@@ -236,6 +271,22 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
     "allgatherv": [("ring", _always, ring.allgatherv)],
     "reduce_scatterv": [("ring", _always, ring.reduce_scatterv)],
     "alltoallv": [("pairwise", _always, pairwise.alltoallv)],
+    # rooted and prefix collectives: single copy for large gathers and scatters on one
+    # node, else MPI's own wherever it can run them (they move each block once, as
+    # hpccoll's would, with less Python per call); hpccoll's own for the rest (float16,
+    # bfloat16, keyed calls, ops MPI lacks)
+    "gather": [("cma", _cma_gather, cma.gather), ("shm", _shm_rooted, shm.gather),
+               ("mpi", _native, MPI),
+               ("binomial", _small, tree.gather), ("linear", _always, linear.gather)],
+    "scatter": [("cma", _cma_scatter, cma.scatter), ("shm", _shm_rooted, shm.scatter),
+                ("mpi", _native, MPI),
+                ("binomial", _small, tree.scatter), ("linear", _always, linear.scatter)],
+    "scan": [("mpi", _native, MPI), ("doubling", _small, prefix.scan_doubling),
+             ("chain", _always, prefix.scan_chain)],
+    "exscan": [("mpi", _native, MPI), ("doubling", _small, prefix.exscan_doubling),
+               ("chain", _always, prefix.exscan_chain)],
+    "gatherv": [("linear", _always, linear.gatherv)],
+    "scatterv": [("linear", _always, linear.scatterv)],
 }
 # every algorithm has its number in the mismatch fingerprint (ranks must agree on it)
 _UNNUMBERED = {name for rows in TABLE.values() for name, _, _ in rows} - set(ALGO_CODES)
@@ -260,7 +311,7 @@ class Program(NamedTuple):
 def message_bytes(coll: str, count: int, size: int, itemsize: int) -> int:
     """The size the selection looks at: the whole vector a rank ends up with.  (The
     variable-count collectives pass their total count.)"""
-    if coll in ("allgather", "reduce_scatter", "alltoall"):
+    if coll in ("allgather", "reduce_scatter", "alltoall", "gather", "scatter"):
         return count * size * itemsize
     return count * itemsize
 

@@ -139,3 +139,40 @@ def reduce_scatter(spec: Spec):
     if m:
         yield from _reduce_mine(spec, r * m, m, Region(RECV, 0, m))
     yield from _finish(peers)
+
+
+def gather(spec: Spec):
+    """The root reads every peer's input straight into its block of the output; a peer
+    returns once the root signalled CONSUMED (it has read everything)."""
+    r, root, m = spec.rank, spec.root, spec.count
+    if r != root:
+        yield Publish(SEND)
+        yield Signal(READY, E)
+        yield WaitFlags(CONSUMED, E, (root,))
+        yield Signal(CONSUMED, E)
+        return
+    peers = _others(spec)
+    yield Signal(READY, E)
+    if not spec.inplace and m:
+        yield Copy(Region(RECV, r * m, m), Region(SEND, 0, m))
+    yield WaitFlags(READY, E, peers)
+    for q in peers:
+        yield Copy(Region(RECV, q * m, m), _peer(q, SEND, 0, m))
+    yield Signal(CONSUMED, E)
+
+
+def scatter(spec: Spec):
+    """Every rank but the root reads its block straight from the root's input."""
+    r, root, m = spec.rank, spec.root, spec.count
+    if r == root:
+        yield Publish(SEND)
+        yield Signal(READY, E)
+        if not spec.inplace and m:
+            yield Copy(Region(RECV, 0, m), Region(SEND, r * m, m))
+        yield Signal(CONSUMED, E)
+        yield WaitFlags(CONSUMED, E, _others(spec))
+    else:
+        yield Signal(READY, E)
+        yield WaitFlags(READY, E, (root,))
+        yield Copy(Region(RECV, 0, m), _peer(root, SEND, r * m, m))
+        yield Signal(CONSUMED, E)

@@ -222,6 +222,48 @@ def alltoall(spec: Spec):
         yield Signal(CONSUMED, e)
 
 
+def gather(spec: Spec):
+    """Every rank but the root copies each chunk of its input into its slot; the root
+    copies it out of every slot into its block.  Staged whatever the buffers are."""
+    r, root, m = spec.rank, spec.root, spec.count
+    peers = _others(spec)
+    if r == root and not spec.inplace and m:
+        yield Copy(Region(RECV, r * m, m), Region(SEND, 0, m))
+    for c, (lo, length) in enumerate(chunk_ranges(m, spec.chunk)):
+        e = c + 1
+        if r == root:
+            yield WaitFlags(READY, e, peers)
+            for q in peers:
+                yield Copy(Region(RECV, q * m + lo, length), Region((SLOT, q, e), 0, length))
+        else:
+            # (every peer: a previous collective's reader of this slot may be any rank)
+            yield from _stage(spec, e, peers)
+            yield Copy(Region((SLOT, r, e), 0, length), Region(SEND, lo, length))
+            yield Signal(READY, e)
+        yield Signal(CONSUMED, e)
+
+
+def scatter(spec: Spec):
+    """The root stages, per chunk, every peer's block-chunk in its slot (slot position q
+    for rank q); each peer copies its own out."""
+    r, n, root, m = spec.rank, spec.size, spec.root, spec.count
+    peers = _others(spec)
+    if r == root and not spec.inplace and m:
+        yield Copy(Region(RECV, 0, m), Region(SEND, r * m, m))
+    for c, (lo, length) in enumerate(chunk_ranges(m, max(1, spec.chunk // n))):
+        e = c + 1
+        if r == root:
+            yield from _stage(spec, e, peers)
+            for q in peers:
+                yield Copy(Region((SLOT, r, e), q * length, length),
+                           Region(SEND, q * m + lo, length))
+            yield Signal(READY, e)
+        else:
+            yield WaitFlags(READY, e, (root,))
+            yield Copy(Region(RECV, lo, length), Region((SLOT, root, e), r * length, length))
+        yield Signal(CONSUMED, e)
+
+
 def _embed(steps, ranks: tuple, target: Region):
     """A sub-collective's program run on ``target`` among ``ranks``: its RECV becomes the
     target region, its peers (0..len(ranks)-1) become communicator ranks."""

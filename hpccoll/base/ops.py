@@ -36,7 +36,8 @@ except Exception:  # pragma: no cover - optional dependency
 # Every collective hpccoll runs, in the order the fingerprint numbers them (ranks that
 # disagree are told by name: base/mismatch.py).
 COLLECTIVES = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
-               "barrier", "allgatherv", "reduce_scatterv", "alltoallv")
+               "barrier", "allgatherv", "reduce_scatterv", "alltoallv", "gather", "scatter",
+               "scan", "exscan", "gatherv", "scatterv")
 
 # The contract's dtypes first; the others exist for the mpi4py adapter.
 _DTYPE_NAMES = ["int8", "uint8", "int32", "int64", "float16", "float32", "float64",

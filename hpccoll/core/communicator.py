@@ -26,7 +26,8 @@ class Communicator:
         self._blocks = ctx.settings.blocks
         # per collective, the Call of its last plain arrays (validate.Recent)
         self._recent = {c: validate.Recent() for c in (
-            "allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall")}
+            "allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
+            "gather", "scatter", "scan", "exscan")}
         if st.mpi is not None:
             ctx._register(self)
 
@@ -144,6 +145,28 @@ class Communicator:
         st = self._state
         return collective(st, self._recent["alltoall"], self._blocks, validate.alltoall,
                           (st, sendbuf, recvbuf), sendbuf, recvbuf, None, None, key, blocks)
+
+    def gather(self, sendbuf, recvbuf=None, root=0, key=None, blocks=None) -> Work:
+        st = self._state
+        return collective(st, self._recent["gather"], self._blocks, validate.gather,
+                          (st, sendbuf, recvbuf, root), sendbuf, recvbuf, root, None, key,
+                          blocks)
+
+    def scatter(self, sendbuf, recvbuf=None, root=0, key=None, blocks=None) -> Work:
+        st = self._state
+        return collective(st, self._recent["scatter"], self._blocks, validate.scatter,
+                          (st, sendbuf, recvbuf, root), sendbuf, recvbuf, root, None, key,
+                          blocks)
+
+    def scan(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
+        st = self._state
+        return collective(st, self._recent["scan"], self._blocks, validate.scan,
+                          (st, sendbuf, recvbuf, op), sendbuf, recvbuf, op, None, key, blocks)
+
+    def exscan(self, sendbuf, recvbuf=None, op="sum", key=None, blocks=None) -> Work:
+        st = self._state
+        return collective(st, self._recent["exscan"], self._blocks, validate.exscan,
+                          (st, sendbuf, recvbuf, op), sendbuf, recvbuf, op, None, key, blocks)
 
     def barrier(self, key=None) -> Work:
         st = self._state

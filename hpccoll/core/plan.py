@@ -109,7 +109,9 @@ def persistent_set(size: int, rank: int, call) -> PersistentSet:
     shapes = {"allreduce": (n, n), "broadcast": (None, n), "allgather": (n, size * n),
               "alltoall": (size * n, size * n), "barrier": (None, None),
               "reduce": (n, n if rank == call.root else None),
-              "reduce_scatter": (size * n, n)}[call.coll]
+              "reduce_scatter": (size * n, n), "scan": (n, n), "exscan": (n, n),
+              "gather": (n, size * n if rank == call.root else None),
+              "scatter": (size * n if rank == call.root else None, n)}[call.coll]
     shapes = shapes + (dt,)
     return PersistentSet(tuple(transport.Persistent(shapes) for _ in range(PERSISTENT_SLOTS)))
 

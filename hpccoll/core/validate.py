@@ -479,3 +479,147 @@ def alltoallv(comm, sendbuf, recvbuf, scounts, sdispls, rcounts, rdispls, inplac
     return Call("alltoallv", s, r, sum(rcounts), None, 0, inplace, recvbuf,
                 layout=(("counts", rcounts), ("displs", rdispls), ("scounts", scounts),
                         ("sdispls", sdispls)), fp_count=ALLTOALLV_FP)
+
+
+# -- rooted and prefix collectives --------------------------------------------------------------
+ROOTED_V_FP = -2             # gatherv, scatterv: only the root knows every count
+
+
+def _host(x, name: str, writable: bool = False):
+    flat, dev = array(x, name, writable)
+    if dev is not None:
+        raise ArgumentTypeError(f"{name}: gather, scatter, scan and exscan take host arrays "
+                                "(numpy.ndarray); device arrays are not supported yet")
+    return flat
+
+
+def gather(comm, sendbuf, recvbuf, root) -> Call:
+    """Every rank's n elements land in block r of the root's recvbuf (size*n elements).
+    recvbuf is read on the root only; wait() returns it as passed elsewhere (None).
+    In place at the root: recvbuf is sendbuf (block root already in place), or sendbuf
+    is block root of recvbuf."""
+    size, rank = comm.size, comm.rank
+    root = root_of(root, size)
+    s = _host(sendbuf, "sendbuf")
+    if rank != root:
+        return Call("gather", s, s[:0], s.size, None, root, False, recvbuf)
+    if recvbuf is not None and recvbuf is sendbuf:
+        if s.size % size:
+            raise ArgumentError(f"sendbuf: in-place gather at the root needs size*n elements "
+                                f"(size={size}), got {s.size}")
+        _host(recvbuf, "recvbuf", writable=True)
+        m = s.size // size
+        return Call("gather", s[root * m:(root + 1) * m], s, m, None, root, True, recvbuf)
+    m = s.size
+    if recvbuf is None:
+        r = np.empty(size * m, s.dtype)
+        return Call("gather", s, r, m, None, root, False, r)
+    r, _ = _recvbuf(recvbuf, size * m, s.dtype, f"size*n = {size}*{m}", None)
+    inplace = _block_in_place("gather", "sendbuf", s, None, "recvbuf", r, None, root, m)
+    return Call("gather", s, r, m, None, root, inplace, recvbuf)
+
+
+def scatter(comm, sendbuf, recvbuf, root) -> Call:
+    """Block r of the root's sendbuf (size*n elements) lands in rank r's recvbuf (n).
+    sendbuf is read on the root only: elsewhere it may be None when recvbuf is given
+    (otherwise recvbuf=None takes n and the dtype from it).  In place at the root:
+    recvbuf is sendbuf (block root stays where it is), or recvbuf is block root of
+    sendbuf."""
+    size, rank = comm.size, comm.rank
+    root = root_of(root, size)
+    if rank != root and recvbuf is not None:
+        r = _host(recvbuf, "recvbuf", writable=True)
+        return Call("scatter", r[:0], r, r.size, None, root, False, recvbuf)
+    if rank != root and sendbuf is None:
+        raise ArgumentError("recvbuf: expected an array of n elements (or a sendbuf of "
+                            "size*n elements to make one from), got None")
+    s = _host(sendbuf, "sendbuf")
+    if s.size % size:
+        raise ArgumentError(f"sendbuf: expected size*n elements (size={size}), got {s.size}, "
+                            f"which is not a multiple of {size}")
+    m = s.size // size
+    if rank != root:
+        r = np.empty(m, s.dtype)
+        return Call("scatter", s[:0], r, m, None, root, False, r)
+    if recvbuf is None:
+        r = np.empty(m, s.dtype)
+        return Call("scatter", s, r, m, None, root, False, r)
+    if recvbuf is sendbuf:
+        _host(recvbuf, "recvbuf", writable=True)
+        return Call("scatter", s, s[root * m:(root + 1) * m], m, None, root, True, recvbuf)
+    r, _ = _recvbuf(recvbuf, m, s.dtype, f"sendbuf's size / {size}", None)
+    inplace = _block_in_place("scatter", "recvbuf", r, None, "sendbuf", s, None, root, m)
+    return Call("scatter", s, r, m, None, root, inplace, recvbuf)
+
+
+def scan(comm, sendbuf, recvbuf, op, coll: str = "scan") -> Call:
+    """Rank r gets x0 op x1 op ... op xr (scan) or x0 op ... op x(r-1) (exscan, whose
+    rank 0 output is not written: zeros where recvbuf is None), n elements in and out."""
+    s = _host(sendbuf, "sendbuf")
+    op = check_op(op, s.dtype)
+    if op == "avg":
+        raise ArgumentError(f"op: 'avg' is not defined for {coll} (use 'sum' and divide by "
+                            "rank + 1)")
+    r, _, result, inplace = _output(sendbuf, s, None, recvbuf, s.size,
+                                    "the same count as sendbuf")
+    if recvbuf is None and coll == "exscan" and comm.rank == 0:
+        r.fill(0)
+    return Call(coll, s, r, s.size, op, 0, inplace, result)
+
+
+def exscan(comm, sendbuf, recvbuf, op) -> Call:
+    return scan(comm, sendbuf, recvbuf, op, "exscan")
+
+
+def gatherv(comm, sendbuf, recvbuf, counts, displs, root, inplace: bool) -> Call:
+    """Rank i's counts[i] elements land at displs[i] of the root's recvbuf; counts,
+    displs and recvbuf are read on the root only.  In place (the root only), the root's
+    block is already at displs[root] and sendbuf is ignored."""
+    size, rank = comm.size, comm.rank
+    root = root_of(root, size)
+    if rank != root:
+        s = _host_only(sendbuf, "sendbuf")
+        return Call("gatherv", s, s[:0], s.size, None, root, False, recvbuf,
+                    fp_count=ROOTED_V_FP)
+    counts, displs = _ints("counts", counts, size), _ints("displs", displs, size)
+    r = _host_only(recvbuf, "recvbuf", writable=True)
+    _fits("recvbuf", counts, displs, r.size)
+    if inplace:
+        s = r[displs[rank]:displs[rank] + counts[rank]]
+    else:
+        s = _host_only(sendbuf, "sendbuf")
+        if s.dtype != r.dtype:
+            raise ArgumentError(f"sendbuf: dtype {s.dtype} differs from recvbuf's {r.dtype}")
+        if s.size != counts[rank]:
+            raise ArgumentError(f"sendbuf: expected counts[{rank}] = {counts[rank]} elements, "
+                                f"got {s.size}")
+        _distinct(r, s)
+    return Call("gatherv", s, r, counts[rank], None, root, inplace, recvbuf,
+                layout=(("counts", counts), ("displs", displs)), fp_count=ROOTED_V_FP)
+
+
+def scatterv(comm, sendbuf, recvbuf, counts, displs, root, inplace: bool) -> Call:
+    """counts[i] elements at displs[i] of the root's sendbuf land in rank i's recvbuf;
+    counts, displs and sendbuf are read on the root only.  In place (the root only), the
+    root's block stays at displs[root] of sendbuf and recvbuf is ignored."""
+    size, rank = comm.size, comm.rank
+    root = root_of(root, size)
+    if rank != root:
+        r = _host_only(recvbuf, "recvbuf", writable=True)
+        return Call("scatterv", r[:0], r, r.size, None, root, False, recvbuf,
+                    fp_count=ROOTED_V_FP)
+    counts, displs = _ints("counts", counts, size), _ints("displs", displs, size)
+    s = _host_only(sendbuf, "sendbuf")
+    _fits("sendbuf", counts, displs, s.size)
+    if inplace:
+        r = s[displs[rank]:displs[rank] + counts[rank]]
+    else:
+        r = _host_only(recvbuf, "recvbuf", writable=True)
+        if s.dtype != r.dtype:
+            raise ArgumentError(f"recvbuf: dtype {r.dtype} differs from sendbuf's {s.dtype}")
+        if r.size != counts[rank]:
+            raise ArgumentError(f"recvbuf: expected counts[{rank}] = {counts[rank]} elements, "
+                                f"got {r.size}")
+        _distinct(r, s)
+    return Call("scatterv", s, r, counts[rank], None, root, inplace, recvbuf,
+                layout=(("scounts", counts), ("sdispls", displs)), fp_count=ROOTED_V_FP)

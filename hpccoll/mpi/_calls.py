@@ -353,3 +353,177 @@ def reduce_scatter(hc, sendbuf, recvbuf, recvcounts, op):
         x, y = view(s, dt, total), view(r, dt, counts[rank])
         _alias(x, y)
     return validate.reduce_scatterv(hc, x, y, counts, name, s is None)
+
+
+# -- rooted and prefix collectives --------------------------------------------------------
+# mpi4py reads the receive buffer of Gather(v) and the send buffer of Scatter(v) at the
+# root only (elsewhere they are not looked at: None is fine), and MPI.IN_PLACE is the
+# root's send buffer of Gather(v), its receive buffer of Scatter(v).
+
+def _rooted_dtype(lead, other):
+    """The dtype a rooted collective runs as: ``lead`` is the buffer every rank passes
+    (Gather's send, Scatter's receive), ``other`` the root's other one (None elsewhere,
+    and in place).  Only the root sees both datatypes, so it cannot forward alone where
+    they differ: a datatype as wide as ``lead``'s moves as its bytes, as MPI moves them
+    (None to forward: a datatype hpccoll lacks; every rank must pass the same, as for
+    every collective)."""
+    dt = native_dtype(lead.datatype)
+    if dt is None or other is None:
+        return dt
+    odt = native_dtype(other.datatype)
+    return dt if odt is not None and odt.itemsize == dt.itemsize else None
+
+def gather(hc, sendbuf, recvbuf, root):
+    n, rank = hc.size, hc.rank
+    # NumPy arrays in C order and a rank in range: no message parsing (the common case)
+    if sendbuf.__class__ is np.ndarray and root.__class__ is int and 0 <= root < n:
+        dt = fast_dtype(sendbuf)
+        if dt is not None:
+            x = _flat(sendbuf)
+            if rank != root:
+                return Call("gather", x, x[:0], x.size, None, root, False, None)
+            if (recvbuf.__class__ is np.ndarray and fast_dtype(recvbuf) is dt
+                    and recvbuf.flags.writeable and recvbuf.size == n * x.size):
+                y = _flat(recvbuf)
+                if x.base is not None or y.base is not None or x is y:
+                    _alias(x, y)
+                return Call("gather", x, y, x.size, None, root, False, None)
+    root = _root(root)
+    r = s = None
+    if root == rank:
+        r = simple(recvbuf, readonly=False, blocks=n)
+        if not is_in_place(sendbuf):
+            s = simple(sendbuf, readonly=True)
+    else:
+        s = simple(sendbuf, readonly=True)
+    _check_root(root, n)
+    lead, other = (r, None) if s is None else (s, r)
+    if _on_device(r, s) or (dt := _rooted_dtype(lead, other)) is None:
+        return FORWARD
+    if r is None:
+        x = view(s, dt, s.count)
+        return Call("gather", x, x[:0], x.size, None, root, False, None)
+    m = r.count
+    if s is not None and s.count != m:
+        raise ValueError(f"mismatch in send count {s.count} and receive count {m}")
+    y = view(r, dt, n * m)
+    if s is None:
+        x = y[root * m:(root + 1) * m]
+    else:
+        x = view(s, dt, m)
+        _alias(x, y)
+    return Call("gather", x, y, m, None, root, s is None, None)
+
+
+def scatter(hc, sendbuf, recvbuf, root):
+    n, rank = hc.size, hc.rank
+    if recvbuf.__class__ is np.ndarray and root.__class__ is int and 0 <= root < n:
+        dt = fast_dtype(recvbuf)
+        if dt is not None and recvbuf.flags.writeable:
+            y = _flat(recvbuf)
+            if rank != root:
+                return Call("scatter", y[:0], y, y.size, None, root, False, None)
+            if (sendbuf.__class__ is np.ndarray and fast_dtype(sendbuf) is dt
+                    and sendbuf.size == n * y.size):
+                x = _flat(sendbuf)
+                if x.base is not None or y.base is not None or x is y:
+                    _alias(x, y)
+                return Call("scatter", x, y, y.size, None, root, False, None)
+    root = _root(root)
+    r = s = None
+    if root == rank:
+        s = simple(sendbuf, readonly=True, blocks=n)
+        if not is_in_place(recvbuf):
+            r = simple(recvbuf, readonly=False)
+    else:
+        r = simple(recvbuf, readonly=False)
+    _check_root(root, n)
+    lead, other = (s, None) if r is None else (r, s)
+    if _on_device(r, s) or (dt := _rooted_dtype(lead, other)) is None:
+        return FORWARD
+    if s is None:
+        y = view(r, dt, r.count)
+        return Call("scatter", y[:0], y, y.size, None, root, False, None)
+    m = s.count
+    if r is not None and r.count != m:
+        raise ValueError(f"mismatch in send count {m} and receive count {r.count}")
+    x = view(s, dt, n * m)
+    if r is None:
+        y = x[root * m:(root + 1) * m]
+    else:
+        y = view(r, dt, m)
+        _alias(x, y)
+    return Call("scatter", x, y, m, None, root, r is None, None)
+
+
+def gatherv(hc, sendbuf, recvbuf, root):
+    n, rank = hc.size, hc.rank
+    root = _root(root)
+    r = s = None
+    if root == rank:
+        r = vector(recvbuf, readonly=False, blocks=n)
+        if not is_in_place(sendbuf):
+            s = simple(sendbuf, readonly=True)
+    else:
+        s = simple(sendbuf, readonly=True)
+    _check_root(root, n)
+    lead, other = (r, None) if s is None else (s, r)
+    if _on_device(r, s) or (dt := _rooted_dtype(lead, other)) is None:
+        return FORWARD
+    if r is None:
+        return validate.gatherv(hc, view(s, dt, s.count), None, (), (), root, False)
+    _counts(r)
+    mine = r.counts[rank]
+    if s is not None and s.count != mine:
+        raise ValueError(f"mismatch in send count {s.count} and receive count {mine}")
+    y = view(r, dt, _span(r))
+    if s is None:
+        x = y[r.displs[rank]:r.displs[rank] + mine]
+    else:
+        x = view(s, dt, mine)
+        _alias(x, y)
+    return validate.gatherv(hc, x, y, r.counts, r.displs, root, s is None)
+
+
+def scatterv(hc, sendbuf, recvbuf, root):
+    n, rank = hc.size, hc.rank
+    root = _root(root)
+    r = s = None
+    if root == rank:
+        s = vector(sendbuf, readonly=True, blocks=n)
+        if not is_in_place(recvbuf):
+            r = simple(recvbuf, readonly=False)
+    else:
+        r = simple(recvbuf, readonly=False)
+    _check_root(root, n)
+    lead, other = (s, None) if r is None else (r, s)
+    if _on_device(r, s) or (dt := _rooted_dtype(lead, other)) is None:
+        return FORWARD
+    if s is None:
+        return validate.scatterv(hc, None, view(r, dt, r.count), (), (), root, False)
+    _counts(s)
+    mine = s.counts[rank]
+    if r is not None and r.count != mine:
+        raise ValueError(f"mismatch in send count {mine} and receive count {r.count}")
+    x = view(s, dt, _span(s))
+    if r is None:
+        y = x[s.displs[rank]:s.displs[rank] + mine]
+    else:
+        y = view(r, dt, mine)
+        _alias(x, y)
+    return validate.scatterv(hc, x, y, s.counts, s.displs, root, r is None)
+
+
+def scan(hc, sendbuf, recvbuf, op):
+    # mpi4py reads Scan's and Exscan's arguments as Allreduce's
+    call = allreduce(hc, sendbuf, recvbuf, op)
+    if call is not FORWARD:
+        call.coll = "scan"
+    return call
+
+
+def exscan(hc, sendbuf, recvbuf, op):
+    call = allreduce(hc, sendbuf, recvbuf, op)
+    if call is not FORWARD:
+        call.coll = "exscan"
+    return call

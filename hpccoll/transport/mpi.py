@@ -55,11 +55,13 @@ def cancel(reqs: list, n_recvs: int) -> None:
 # -- MPI's own collectives ------------------------------------------------------------------
 NONBLOCKING = {"allreduce": "Iallreduce", "broadcast": "Ibcast", "allgather": "Iallgather",
                "alltoall": "Ialltoall", "barrier": "Ibarrier", "reduce": "Ireduce",
-               "reduce_scatter": "Ireduce_scatter_block"}
+               "reduce_scatter": "Ireduce_scatter_block", "gather": "Igather",
+               "scatter": "Iscatter", "scan": "Iscan", "exscan": "Iexscan"}
 PERSISTENT = {"allreduce": "Allreduce_init", "broadcast": "Bcast_init",
               "allgather": "Allgather_init", "alltoall": "Alltoall_init",
               "barrier": "Barrier_init", "reduce": "Reduce_init",
-              "reduce_scatter": "Reduce_scatter_block_init"}
+              "reduce_scatter": "Reduce_scatter_block_init", "gather": "Gather_init",
+              "scatter": "Scatter_init", "scan": "Scan_init", "exscan": "Exscan_init"}
 
 
 def persistent_collectives() -> bool:
@@ -113,8 +115,10 @@ def start_collective(mpi_comm, kind, send, recv, op=None, root=0, persistent=Fal
     """Start (or, ``persistent``, initialise) MPI's own collective ``kind``; ``send`` may
     be MPI.IN_PLACE.  Returns the request."""
     fn = getattr(mpi_comm, (PERSISTENT if persistent else NONBLOCKING)[kind])
-    if kind in ("allreduce", "reduce_scatter"):
+    if kind in ("allreduce", "reduce_scatter", "scan", "exscan"):
         return fn(send, recv, op)
+    if kind in ("gather", "scatter"):
+        return fn(send, recv, root)
     if kind == "reduce":
         return fn(send, recv, op, root)
     if kind == "broadcast":
@@ -136,12 +140,23 @@ def start(r: Recipe, send, recv):
     if kind == "reduce_scatter":
         # MPI's in-place form leaves the result in block 0, not in this rank's block
         return r.post(send.copy() if r.inplace else send, recv, r.mop)
+    if kind == "gather":        # the receive buffer and MPI.IN_PLACE: the root's only
+        if r.rank != r.root:
+            return r.post(send, None, r.root)
+        return r.post(MPI.IN_PLACE if r.inplace else send, recv, r.root)
+    if kind == "scatter":
+        if r.rank != r.root:
+            return r.post(None, recv, r.root)
+        return r.post(send, MPI.IN_PLACE if r.inplace else recv, r.root)
+    if kind == "exscan" and r.rank == 0:
+        # MPI leaves rank 0's output undefined; hpccoll leaves it as it was
+        return r.post(send, np.empty_like(send), r.mop)
     if r.divisor:           # avg: divide into the output, then sum in place
         table.scale(recv, send, r.divisor)
         send = MPI.IN_PLACE
     elif r.inplace:         # the input already lies where the output goes
         send = MPI.IN_PLACE
-    if kind == "allreduce":
+    if kind == "allreduce" or kind == "scan" or kind == "exscan":
         return r.post(send, recv, r.mop)
     if kind == "broadcast":
         return r.post(recv, r.root)
@@ -178,7 +193,8 @@ def start_slot(r: Recipe, slot: Persistent, send):
 def finish_slot(r: Recipe, slot: Persistent, recv) -> None:
     """Slot ``slot``'s collective completed: its result to ``recv``; the slot is free."""
     if slot.recv is not None and recv is not None and (r.kind != "broadcast"
-                                                      or r.root != r.rank):
+                                                      or r.root != r.rank) and (
+            r.kind != "exscan" or r.rank != 0):
         recv[...] = slot.recv
     slot.busy = False
 

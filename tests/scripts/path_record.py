@@ -53,6 +53,11 @@ def record(ctx, out_path):
             keep(comm, f"reduce_scatter {size}", comm.reduce_scatter(np.tile(x, n)))
             keep(comm, f"alltoall {size}", comm.alltoall(np.tile(x, n)))
             keep(comm, f"keyed {size}", comm.allreduce(x, key=f"k{size}"))
+            keep(comm, f"gather {size}", comm.gather(x, root=n - 1))
+            keep(comm, f"scatter {size}", comm.scatter(np.tile(x, n), root=0))
+            keep(comm, f"scan {size}", comm.scan(x))
+            keep(comm, f"exscan {size}", comm.exscan(x, op="max"))
+            keep(comm, f"keyed gather {size}", comm.gather(x, key=f"g{size}"))
             keep(comm, "barrier", comm.barrier())
         settle()       # (issued in opposite orders on alternate ranks: waited afterwards)
     ledgers = {}
