@@ -240,14 +240,20 @@ def test_forwarded_where_hpccoll_cannot(world, adapter):
              native=False)
     finally:
         op.Free()
-    pair_t = MPI.INT.Create_contiguous(2).Commit()
+    pair_t = MPI.INT.Create_contiguous(2).Commit()    # two ints back to back: native
+    gap_t = MPI.INT.Create_vector(2, 1, 2).Commit()   # two ints with a gap: forwarded
     try:
         twin(world, adapter, "Gather",
              lambda: ([[data("int32", 4, r), 2, pair_t],
                        [y := np.zeros(4 * n, "i4"), 2, pair_t], 0], [y]),
+             compare=at_root(r, 0, n))
+        twin(world, adapter, "Gather",
+             lambda: ([[data("int32", 3, r), 1, gap_t],
+                       [y := np.zeros(3 * n, "i4"), 1, gap_t], 0], [y]),
              native=False, compare=at_root(r, 0, n))
     finally:
         pair_t.Free()
+        gap_t.Free()
     assert forwarded_calls(adapter, "Scan") >= 1
     # send and receive datatypes that differ at the root, as wide: only the root sees
     # both, so it moves the bytes natively, as every other rank does (as MPI does)
