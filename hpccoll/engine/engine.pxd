@@ -9,7 +9,7 @@ cdef class Engine:
     cdef public object crosscheck, watchdog, trace, unclaimed, thread, forked
     cdef public Recorder flight
     cdef public bint early, solo, _stop, _sleeping
-    cdef public long long _want, _live, passes, parks, wakeups, switches
+    cdef public long long _want, _live, _programs, passes, parks, wakeups, switches
     cdef public long long _spin_polls, _yield_polls, spin_polls, yield_polls
     cdef public double last_progress, app_active, _served, _spin_s, spin_us, _crowd_at
     cdef public bint _adapt, crowded

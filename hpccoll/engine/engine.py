@@ -76,6 +76,7 @@ class Engine:
         self.trace = deque(maxlen=1_000_000) if settings.trace else None
         self.flight = Recorder(settings.flight_entries) if settings.flight_entries else None
         self._live = 0                    # tasks the policy holds
+        self._programs = 0                # of them, those hpccoll runs (lane.needs_slot)
         self.app_active = 0.0             # when the application last issued or waited
         self.unclaimed: dict = {}         # uid -> failure notice of a communicator not made yet
         self._served = 0.0                # when control messages were last served
@@ -138,6 +139,8 @@ class Engine:
         """``task`` joins the policy (the driver's lock is held): admitted to start in its
         order, or adopted, started already."""
         self._live += 1
+        if task.lane.needs_slot:
+            self._programs += 1
         task.admitted = True
         if self.trace is not None:
             task.yield_times = []
@@ -288,11 +291,15 @@ class Engine:
                 if self.settings.timeout is not None:
                     self.watchdog.check()
             return progressed
-        if idle % CTL_EVERY and task.admitted and task.t_start is not None \
-                and not task.lane.needs_slot and not task.finished:
-            # MPI runs it: a test of its request progresses every collective MPI runs,
-            # and a whole pass (every task, the control plane) costs ten times more;
-            # every CTL_EVERY-th try is a whole pass, so everything else still moves
+        if idle % CTL_EVERY and not self._programs and task.admitted \
+                and task.t_start is not None and not task.lane.needs_slot \
+                and not task.finished:
+            # MPI runs it, and everything else pending too: a test of its request
+            # progresses every collective MPI runs, and a whole pass (every task, the
+            # control plane) costs ten times more; every CTL_EVERY-th try is a whole pass,
+            # so the control plane still moves.  (A program pending besides is hpccoll's
+            # to run: a peer waiting for it would wait CTL_EVERY polls, which on a node
+            # whose ranks outnumber its cores are CTL_EVERY turns of the CPU.)
             progressed = task.poll()
             if task.finished:
                 self.retire(task)
@@ -471,6 +478,8 @@ class Engine:
         if task.admitted:
             self.policy.remove(task)
             self._live -= 1
+            if task.lane.needs_slot:
+                self._programs -= 1
         if self.trace is not None:
             self.trace.append(task.trace_record(self.control.rank))
         if self.flight is not None:

@@ -103,3 +103,21 @@ def test_the_cuda_simulator_takes_partial_warps(monkeypatch):
     """Its threads are Python threads: tests run it with 4 per block."""
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
     assert config.resolve({"threads_per_block": 4}, environ={}).threads_per_block == 4
+
+
+def test_every_variable_the_scripts_set_is_known():
+    """A variable CI or a script exports that is neither a setting nor a tool's own makes
+    every hpccoll process warn (a test that reads a tool's stderr then fails)."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    files = [p for d in ("scripts", ".ci", "slurm") for p in (root / d).rglob("*") if p.is_file()]
+    files += list((root / "tests").glob("*.py"))
+    used = set()
+    for p in files:
+        try:
+            used |= set(re.findall(r"HPCCOLL_[A-Z][A-Z_0-9]*", p.read_text()))
+        except UnicodeDecodeError:
+            continue
+    known = {s.env for s in config.SETTINGS} | config.TOOL_VARIABLES
+    assert used - known == set()

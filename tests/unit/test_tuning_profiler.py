@@ -20,7 +20,7 @@ def test_profile_writes_measured_numbers_with_environment(tmp_path):
     blocks = "1,2" if BLOCKS_API else "default"
     proc = launch.run(2, ["-m", "hpccoll.tuning.cli", "profile", "--out", str(out),
                           "--sizes", "4K,256K", "--blocks", blocks, "--repeats", "3",
-                          "--rounds", "2", "--kernel-size", "64", "--contend-bytes", "4M"],
+                          "--rounds", "2", "--kernel-size", "64", "--contend-bytes", "16M"],
                       timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "profile written" in proc.stdout
