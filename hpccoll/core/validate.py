@@ -415,6 +415,21 @@ def _distinct(r, s) -> None:
         raise ArgumentError("recvbuf: overlaps sendbuf (use the in-place form instead)")
 
 
+def _own_block(sendbuf, r, counts, displs, rank: int, inplace: bool):
+    """This rank's block of a gathered vector ``r`` (allgatherv; gatherv at the root): in
+    place, where it already lies in ``r``; else ``sendbuf``, checked against its place."""
+    if inplace:
+        return r[displs[rank]:displs[rank] + counts[rank]]
+    s = _host_only(sendbuf, "sendbuf")
+    if s.dtype != r.dtype:
+        raise ArgumentError(f"sendbuf: dtype {s.dtype} differs from recvbuf's {r.dtype}")
+    if s.size != counts[rank]:
+        raise ArgumentError(f"sendbuf: expected counts[{rank}] = {counts[rank]} elements, "
+                            f"got {s.size}")
+    _distinct(r, s)
+    return s
+
+
 def allgatherv(comm, sendbuf, recvbuf, counts, displs, inplace: bool) -> Call:
     """Rank i's counts[i] elements land at displs[i] of every rank's recvbuf.  In place,
     this rank's block is already at displs[rank] of recvbuf and sendbuf is ignored."""
@@ -422,16 +437,7 @@ def allgatherv(comm, sendbuf, recvbuf, counts, displs, inplace: bool) -> Call:
     counts, displs = _ints("counts", counts, size), _ints("displs", displs, size)
     r = _host_only(recvbuf, "recvbuf", writable=True)
     _fits("recvbuf", counts, displs, r.size)
-    if inplace:
-        s = r[displs[rank]:displs[rank] + counts[rank]]
-    else:
-        s = _host_only(sendbuf, "sendbuf")
-        if s.dtype != r.dtype:
-            raise ArgumentError(f"sendbuf: dtype {s.dtype} differs from recvbuf's {r.dtype}")
-        if s.size != counts[rank]:
-            raise ArgumentError(f"sendbuf: expected counts[{rank}] = {counts[rank]} elements, "
-                                f"got {s.size}")
-        _distinct(r, s)
+    s = _own_block(sendbuf, r, counts, displs, rank, inplace)
     return Call("allgatherv", s, r, sum(counts), None, 0, inplace, recvbuf,
                 layout=(("counts", counts), ("displs", displs)), fp_count=counts_hash(counts))
 
@@ -584,16 +590,7 @@ def gatherv(comm, sendbuf, recvbuf, counts, displs, root, inplace: bool) -> Call
     counts, displs = _ints("counts", counts, size), _ints("displs", displs, size)
     r = _host_only(recvbuf, "recvbuf", writable=True)
     _fits("recvbuf", counts, displs, r.size)
-    if inplace:
-        s = r[displs[rank]:displs[rank] + counts[rank]]
-    else:
-        s = _host_only(sendbuf, "sendbuf")
-        if s.dtype != r.dtype:
-            raise ArgumentError(f"sendbuf: dtype {s.dtype} differs from recvbuf's {r.dtype}")
-        if s.size != counts[rank]:
-            raise ArgumentError(f"sendbuf: expected counts[{rank}] = {counts[rank]} elements, "
-                                f"got {s.size}")
-        _distinct(r, s)
+    s = _own_block(sendbuf, r, counts, displs, rank, inplace)
     return Call("gatherv", s, r, counts[rank], None, root, inplace, recvbuf,
                 layout=(("counts", counts), ("displs", displs)), fp_count=ROOTED_V_FP)
 
