@@ -299,6 +299,14 @@ SETTINGS: tuple[Setting, ...] = (
             "and below MPI's own stays faster); 0: never.",
             minimum=0, parse=_parse_size,
             maximum=1 << 40, agree=True),
+    Setting("cell_bytes", int, 8 << 10,
+            "Where shm_in_c runs them, allreduce, reduce, broadcast, allgather, "
+            "reduce_scatter, alltoall and barrier of up to this many bytes (the whole "
+            "result) on one node complete in one handoff through node-shared cells: each "
+            "rank publishes its input with a sequence number in a ring of cells of its "
+            "own, and reads its peers' (no MPI call, no system call); 0: never.  Memory: "
+            "8 cells of this size per rank per communicator.",
+            minimum=0, parse=_parse_size, maximum=1 << 20, agree=True),
     Setting("node_size", int, None,
             "Pretend every node_size consecutive world ranks form a node (tests of the "
             "hierarchical algorithms on one machine); None: nodes as MPI reports them.",

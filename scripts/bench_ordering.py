@@ -50,7 +50,8 @@ def main() -> int:
     args = ap.parse_args()
     from mpi4py import MPI
     world = MPI.COMM_WORLD
-    with hpccoll.init(policy="ordered", max_active=1, mpi_coll_bytes=0, timeout=120) as ctx:
+    with hpccoll.init(policy="ordered", max_active=1, mpi_coll_bytes=0, cell_bytes=0,
+                      timeout=120) as ctx:
         policy = ctx._engine.policy
         admitted, waits, sent, share = {}, [], [0], [0.0]
         admit, run_admit, send = policy.admit, policy.run.admit, policy._send

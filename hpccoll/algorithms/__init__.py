@@ -40,6 +40,8 @@ class Choice(NamedTuple):
     cma: bool = False          # every rank on one node, each may read the others' memory
     #                            (transport/cma.py), host arrays, no kernel backend
     ranks: int = 0             # the communicator's size (0: not known)
+    cell_bytes: int = 0        # up to this, one handoff through node-shared cells (0: none
+    #                            here: no C module, a reduction it lacks, not one node)
 
 
 # the collectives whose shared-memory programs shm_c_bytes brings below shm_min_bytes
@@ -55,6 +57,14 @@ def _c_shm(c: Choice) -> bool:
     reduce 1.34-1.40x, reduce_scatter 1.08-1.12x against 0.58-0.82x; 4 ranks 64 KiB
     0.82-1.11x against 0.55-0.64x; 8 KiB MPI's own stays ahead, 0.51 against 0.46x)."""
     return c.shm_c_bytes > 0 and c.shm == "flat" and c.nbytes > c.shm_c_bytes
+
+
+def _cells(c: Choice) -> bool:
+    """Every rank on one node, a message a cell holds: each rank publishes its input with
+    a sequence number in a cell of its own and reads its peers' (engine/_native.c), one
+    cache-line handoff per peer for up to 56 bytes, no MPI call and no system call.
+    Against MPI's own blocking call (2 ranks, docs/performance.md "Cells"): see there."""
+    return c.cell_bytes > 0 and c.shm == "flat" and c.nbytes <= c.cell_bytes
 
 
 def _small(c: Choice) -> bool:
@@ -236,6 +246,7 @@ _SHM_ROOTED_BYTES = 8 << 10
 # applies (another machine's table may name shared memory where there is none).
 APPLIES: dict[str, Callable] = {
     "mpi": _native,
+    "cells": _cells,
     "shm": lambda c: c.shm == "flat",
     "hier": lambda c: c.shm == "hier",
     "cma": _cma,
@@ -246,27 +257,31 @@ APPLIES: dict[str, Callable] = {
 # where it applies, latency-optimal algorithms for small messages, then the
 # bandwidth-optimal pipelined ones (which always apply).
 MPI = None    # the ``mpi`` rows: no step machine, the MPI library runs the collective
+CELLS = None  # the ``cells`` rows: no step machine, one handoff through node-shared cells
 TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
-    "allreduce": [("mpi", _tiny, MPI), ("cma", _cma_allreduce, cma.allreduce),
+    "allreduce": [("cells", _cells, CELLS), ("mpi", _tiny, MPI),
+                  ("cma", _cma_allreduce, cma.allreduce),
                   ("shm", _shm, shm.allreduce),
                   ("hier", _hier, shm.allreduce_hier), ("doubling", _small, doubling.allreduce),
                   ("ring", _always, ring.allreduce)],
-    "reduce": [("mpi", _tiny, MPI), ("shm", _shm_staged, shm.reduce),
+    "reduce": [("cells", _cells, CELLS), ("mpi", _tiny, MPI),
+               ("shm", _shm_staged, shm.reduce),
                ("binomial", _small, tree.reduce), ("ring", _always, ring.reduce)],
-    "broadcast": [("cma", _calibrated_only, cma.broadcast),
+    "broadcast": [("cells", _cells, CELLS), ("cma", _calibrated_only, cma.broadcast),
                   ("mpi", _bcast, MPI), ("shm", _shm_staged, shm.broadcast),
                   ("binomial", _small, tree.broadcast), ("chain", _always, tree.broadcast_chain)],
-    "allgather": [("cma", _calibrated_only, cma.allgather),
+    "allgather": [("cells", _cells, CELLS), ("cma", _calibrated_only, cma.allgather),
                   ("mpi", _gather, MPI), ("shm", _shm, shm.allgather),
                   ("bruck", _small, doubling.allgather), ("ring", _always, ring.allgather)],
-    "reduce_scatter": [("mpi", _tiny, MPI),
+    "reduce_scatter": [("cells", _cells, CELLS), ("mpi", _tiny, MPI),
                        ("cma", _calibrated_only, cma.reduce_scatter),
                        ("shm", _shm, shm.reduce_scatter),
                        ("ring", _always, ring.reduce_scatter)],
-    "alltoall": [("cma", _cma_exchange, cma.alltoall),
+    "alltoall": [("cells", _cells, CELLS), ("cma", _cma_exchange, cma.alltoall),
                  ("mpi", _exchange, MPI), ("shm", _c_exchange, shm.alltoall),
                  ("pairwise", _always, pairwise.alltoall)],
-    "barrier": [("mpi", _tiny, MPI), ("dissemination", _always, doubling.barrier)],
+    "barrier": [("cells", _cells, CELLS), ("mpi", _tiny, MPI),
+                ("dissemination", _always, doubling.barrier)],
     # variable counts (the mpi4py adapter's Allgatherv, Reduce_scatter, Alltoallv)
     "allgatherv": [("ring", _always, ring.allgatherv)],
     "reduce_scatterv": [("ring", _always, ring.reduce_scatterv)],
@@ -292,6 +307,7 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
 _UNNUMBERED = {name for rows in TABLE.values() for name, _, _ in rows} - set(ALGO_CODES)
 assert not _UNNUMBERED, f"algorithms without a fingerprint code (base/mismatch.py): {_UNNUMBERED}"
 SHM_ALGOS = frozenset({"shm", "hier", "cma"})   # programs on the node-shared area's flags
+ROWS_WITHOUT_STEPS = frozenset({"mpi", "cells"})  # run by the MPI library, or by cells
 STAGED = frozenset({"reduce", "broadcast", "alltoall"})   # shared-memory programs that never read peers' buffers
 # step machines that compute an average themselves (ReduceN's divisor); the others get
 # their input divided first (primitives.prescaled)
@@ -355,14 +371,16 @@ def input_extent(spec: Spec) -> int:
     return spec.count
 
 
-MPI_PROGRAM = Program("mpi", (), 0, 1, 0)   # what traces, counters and reports show
+# what traces, counters and reports show of the rows without a step machine
+MPI_PROGRAM = Program("mpi", (), 0, 1, 0)
+CELLS_PROGRAM = Program("cells", (), 0, 1, 0)
 
 
 @lru_cache(maxsize=512)
 def build(spec: Spec, algo: str) -> Program:
     fn = _BY_NAME[(spec.coll, algo)]
-    if fn is MPI:
-        return MPI_PROGRAM
+    if fn is None:
+        return CELLS_PROGRAM if algo == "cells" else MPI_PROGRAM
     if spec.avg and algo not in _AVG_NATIVE:
         steps = tuple(fn(spec._replace(avg=False)))
         steps = tuple(prescaled(steps, spec.size, input_extent(spec), spec.inplace,
@@ -374,6 +392,7 @@ def build(spec: Spec, algo: str) -> Program:
                    sum(isinstance(p, (Wait, WaitFlags)) for p in steps), epochs)
 
 
-__all__ = ["ALGO_CODES", "APPLIES", "COLLECTIVES", "Choice", "MPI_PROGRAM", "Program",
-           "SHM_ALGOS", "STAGED", "Spec", "TABLE", "applies", "build", "candidates", "input_extent",
+__all__ = ["ALGO_CODES", "APPLIES", "CELLS_PROGRAM", "COLLECTIVES", "Choice", "MPI_PROGRAM",
+           "Program", "ROWS_WITHOUT_STEPS", "SHM_ALGOS", "STAGED", "Spec", "TABLE", "applies",
+           "build", "candidates", "input_extent",
            "message_bytes", "select"]

@@ -46,7 +46,7 @@ _MIX = 1_000_003
 # algorithm).  hpccoll/algorithms checks at import that its table names no other.
 ALGO_CODES = {name: i + 1 for i, name in enumerate((
     "binomial", "bruck", "chain", "cma", "direct", "dissemination", "doubling", "hier", "mpi",
-    "pairwise", "ring", "shm", "linear"))}
+    "pairwise", "ring", "shm", "linear", "cells"))}
 _ALGO_NAMES = {v: k for k, v in ALGO_CODES.items()}
 
 

@@ -170,6 +170,11 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
                and coll in algorithms.C_SHM_COLLECTIVES
                and len(shm["local"]) <= _code.C_MAX_RANKS
                and _code.c_reduces(dt, call.op) else 0)
+    # one handoff through node-shared cells: on host arrays, order-matched (a cell's
+    # sequence number is the communicator's), where C runs the reduction
+    cell_bytes = (shm["area"].cell_bytes if layout == "flat" and ctx.c_programs
+                  and blocks is None and coll in _code.CELL_KINDS
+                  and (call.op is None or _code.c_reduces(dt, call.op)) else 0)
     choice = algorithms.Choice(nbytes, s.small_msg_bytes, layout, s.shm_min_bytes,
                                reg is not None, s.mpi_coll_bytes, native,
                                "" if on_device else _prefer(state, coll, nbytes, reg is not None),
@@ -177,7 +182,7 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
                                # single copy between host arrays (the area agreed it at
                                # creation, so every rank's choice is the same)
                                layout == "flat" and shm["area"].cma and blocks is None,
-                               size)
+                               size, cell_bytes)
     algo = algorithms.select(coll, choice)
     # a small device collective MPI can run goes through the host: one copy each way
     # around MPI's own collective, instead of a copy per step of hpccoll's algorithms
@@ -217,8 +222,13 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
                reg.fingerprint if spec.registered else 0,
                mismatch.ALGO_CODES[algo])
     plan.fp_hash = mismatch.fp_hash(plan.fp)
-    plan.recipe = plan.detour = None
-    if algo == "mpi":
+    plan.recipe = plan.detour = plan.cells = None
+    if algo == "cells":
+        plan.cells = _code.cells_layout(shm["area"], coll, call.root, call.count, dt, call.op)
+        if plan.cells is None:
+            raise AssertionError(f"cells picked for a {coll} they cannot run")
+        plan.backend = "cells"
+    elif algo == "mpi":
         divisor = size if call.op == "avg" and size > 1 else 0
         # (through the host, MPI's collective runs on pinned buffers: no persistent ones)
         recipe = transport.Recipe(coll, state.data,
@@ -262,5 +272,5 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
             plan.code = _code.built(plan.program, dt, call.op, host)
     plan.blocks = blocks
     # MPI runs it: no execution slot, so it may start at once on the calling thread
-    plan.early = plan.recipe is not None
+    plan.early = plan.recipe is not None or plan.cells is not None
     return plan

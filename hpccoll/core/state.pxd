@@ -5,7 +5,7 @@ from hpccoll.base.mismatch cimport Ledger
 from hpccoll.core.plan cimport Plan, PersistentSet
 from hpccoll.engine.engine cimport Engine
 from hpccoll.core.validate cimport Call
-from hpccoll.engine.lane cimport mpi_lane
+from hpccoll.engine.lane cimport cell_lane, mpi_lane
 from hpccoll.engine.task cimport Task, new as new_task, started
 
 

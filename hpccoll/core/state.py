@@ -25,7 +25,7 @@ import numpy as np
 from ..base import mismatch
 from ..base.pool import BufferPool
 from ..engine.check import CheckLane
-from ..engine.lane import Gate, mpi_lane
+from ..engine.lane import Gate, cell_lane, mpi_lane
 from ..engine.program import ProgramLane
 from ..engine.task import Task, new as new_task, started
 from ..errors import ArgumentError, CollectiveMismatch, ContextClosed, mpi_failure
@@ -259,6 +259,11 @@ class CommState:
                 slot = pset.slots[pset.uses % plans.PERSISTENT_SLOTS]
                 pset.uses += 1
             return mpi_lane(recipe, call.send, call.recv, slot)
+        if plan.cells is not None:
+            # cell sequence numbers follow issue order on the communicator, as epochs do
+            area = self.shm["area"]
+            area.cell_seq += 1
+            return cell_lane(plan.cells, area.cell_seq, call.send, call.recv)
         if plan.detour is not None:
             return device.detour_lane(plan, call)
         if plan.device:

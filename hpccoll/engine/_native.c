@@ -39,6 +39,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <errno.h>
+#include <time.h>
 #if defined(__linux__)
 #include <sys/uio.h>     /* process_vm_readv (READ) */
 #endif
@@ -302,10 +303,260 @@ static PyObject *set_stream_bytes(PyObject *self, PyObject *arg) {
     return PyLong_FromLongLong(old);
 }
 
+/* ---- Cells: small collectives in one handoff (engine/code.py: cells_layout) ----------
+ *
+ * Each rank of a node owns a ring of CELL_RING cells in its segment of the node-shared area
+ * and one DONE line.  Collective seq of a communicator uses cell seq mod ring on every rank.
+ * A cell is an 8-byte sequence word followed by the payload, so up to 56 bytes of data lie
+ * in the same 64-byte line as the word that publishes them: one line moves per peer.
+ *
+ *   post: every peer's DONE >= seq - ring (acquire: it has read the cell this one reuses),
+ *         else not yet; copy the input into my cell; store seq into its word (release).
+ *   done: my DONE == seq - 1 (a rank completes its cells in order); every cell this rank
+ *         reads holds seq (acquire); compute the result from the cells (my own included,
+ *         so an input that is also the output is read before it is written); store seq
+ *         into my DONE (release: my reads of the cells come before it).
+ *
+ * Release/acquire pairs order data before the word that publishes it, and a reader's loads
+ * before the DONE that lets the writer reuse the cell; the words only grow (no reset, no ABA),
+ * and a writer is never a whole ring ahead of a reader, so a reader waiting for seq sees
+ * seq - ring or seq, never a later one.  No fence and no system call on the path: on
+ * x86-64 release and acquire are plain moves.
+ *
+ * The layout (int64 words, CELL_FIELDS below, then the n ring bases and the n DONE
+ * addresses) is made once per plan by engine/code.py, which checks these names at import. */
+enum { CK_ALLREDUCE, CK_REDUCE, CK_BROADCAST, CK_ALLGATHER, CK_REDUCE_SCATTER, CK_ALLTOALL,
+       CK_BARRIER, CK_COUNT };
+static const char *const CELL_KIND_NAMES[] = {"allreduce", "reduce", "broadcast", "allgather",
+                                              "reduce_scatter", "alltoall", "barrier"};
+enum { CF_MAGIC, CF_KIND, CF_RANK, CF_N, CF_ROOT, CF_RING, CF_STRIDE, CF_WRITE, CF_BLOCK,
+       CF_FN, CF_COUNT, CF_RESULT, CF_HEADER };
+static const char *const CELL_FIELD_NAMES[] = {"magic", "kind", "rank", "n", "root", "ring",
+                                               "stride", "write", "block", "fn", "count",
+                                               "result"};
+#define CELL_MAGIC 0x63656c6c  /* "cell" */
+
+static const int64_t *cell_layout(PyObject *o) {
+    if (!PyBytes_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "cells: the layout is bytes");
+        return NULL;
+    }
+    const int64_t *L = (const int64_t *)PyBytes_AS_STRING(o);
+    Py_ssize_t words = PyBytes_GET_SIZE(o) / 8;
+    if (words < CF_HEADER || L[CF_MAGIC] != CELL_MAGIC || L[CF_N] < 1 ||
+        words != CF_HEADER + 2 * L[CF_N] || L[CF_KIND] < 0 || L[CF_KIND] >= CK_COUNT ||
+        L[CF_RING] < 2 || L[CF_RANK] < 0 || L[CF_RANK] >= L[CF_N]) {
+        PyErr_SetString(PyExc_ValueError, "cells: not a cell layout");
+        return NULL;
+    }
+    return L;
+}
+
+static inline int cell_writes(const int64_t *L) {
+    return L[CF_KIND] != CK_BROADCAST || L[CF_RANK] == L[CF_ROOT];
+}
+
+static inline int cell_reads(const int64_t *L) {
+    switch (L[CF_KIND]) {
+    case CK_REDUCE: return L[CF_RANK] == L[CF_ROOT];
+    case CK_BROADCAST: return L[CF_RANK] != L[CF_ROOT];
+    default: return 1;
+    }
+}
+
+static inline char *cell_at(const int64_t *L, int64_t q, int64_t seq) {
+    return (char *)(intptr_t)L[CF_HEADER + q] + (seq % L[CF_RING]) * L[CF_STRIDE];
+}
+
+static inline int64_t *done_at(const int64_t *L, int64_t q) {
+    return (int64_t *)(intptr_t)L[CF_HEADER + L[CF_N] + q];
+}
+
+/* cell_post(layout, seq, send) -> bool: this rank's part published (False: the ring is
+ * full, a peer has not read the cell yet; try again) */
+static PyObject *cell_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "cell_post(layout, seq, send)");
+        return NULL;
+    }
+    const int64_t *L = cell_layout(args[0]);
+    int64_t seq = PyLong_AsLongLong(args[1]);
+    if (L == NULL || (seq == -1 && PyErr_Occurred()))
+        return NULL;
+    if (!cell_writes(L))
+        Py_RETURN_TRUE;
+    int64_t n = L[CF_N], reuse = seq - L[CF_RING];
+    if (reuse > 0)
+        for (int64_t q = 0; q < n; q++)
+            if (__atomic_load_n(done_at(L, q), __ATOMIC_ACQUIRE) < reuse)
+                Py_RETURN_FALSE;
+    char *cell = cell_at(L, L[CF_RANK], seq);
+    int64_t nbytes = L[CF_WRITE];
+    if (nbytes > 0) {
+        Py_buffer b;
+        if (PyObject_GetBuffer(args[2], &b, PyBUF_SIMPLE) < 0)
+            return NULL;
+        if (b.len < nbytes) {
+            PyBuffer_Release(&b);
+            PyErr_Format(PyExc_ValueError, "cell_post: the input holds %zd bytes, %lld are "
+                         "published", b.len, (long long)nbytes);
+            return NULL;
+        }
+        memcpy(cell + 8, b.buf, (size_t)nbytes);
+        PyBuffer_Release(&b);
+    }
+    __atomic_store_n((int64_t *)cell, seq, __ATOMIC_RELEASE);
+    Py_RETURN_TRUE;
+}
+
+static void cell_fold(const int64_t *L, int64_t seq, char *d, int64_t off) {
+    reduce_fn fn = FNS[L[CF_FN]];
+    int64_t n = L[CF_N], count = L[CF_COUNT];
+    if (n == 1) {
+        memcpy(d, cell_at(L, 0, seq) + 8 + off, (size_t)L[CF_RESULT]);
+        return;
+    }
+    /* in rank order on every rank: the same bits everywhere */
+    fn(d, cell_at(L, 0, seq) + 8 + off, cell_at(L, 1, seq) + 8 + off, count);
+    for (int64_t q = 2; q < n; q++)
+        fn(d, d, cell_at(L, q, seq) + 8 + off, count);
+}
+
+/* cell_done(layout, seq, recv) -> bool: the collective completed on this rank (False: a
+ * cell it reads does not hold seq yet, or an earlier one has not completed here) */
+static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "cell_done(layout, seq, recv)");
+        return NULL;
+    }
+    const int64_t *L = cell_layout(args[0]);
+    int64_t seq = PyLong_AsLongLong(args[1]);
+    if (L == NULL || (seq == -1 && PyErr_Occurred()))
+        return NULL;
+    int64_t n = L[CF_N], p = L[CF_RANK];
+    int64_t *mine = done_at(L, p);
+    if (*mine != seq - 1)      /* (only this rank writes it) */
+        Py_RETURN_FALSE;
+    if (cell_reads(L)) {
+        int64_t kind = L[CF_KIND];
+        int64_t q0 = kind == CK_BROADCAST ? L[CF_ROOT] : 0, q1 = kind == CK_BROADCAST ? q0 + 1 : n;
+        for (int64_t q = q0; q < q1; q++)
+            if (__atomic_load_n((int64_t *)cell_at(L, q, seq), __ATOMIC_ACQUIRE) != seq)
+                Py_RETURN_FALSE;
+        int64_t result = L[CF_RESULT], block = L[CF_BLOCK];
+        if (result > 0) {
+            Py_buffer b;
+            if (PyObject_GetBuffer(args[2], &b, PyBUF_WRITABLE) < 0)
+                return NULL;
+            if (b.len < result) {
+                PyBuffer_Release(&b);
+                PyErr_Format(PyExc_ValueError, "cell_done: the output holds %zd bytes, the "
+                             "result %lld", b.len, (long long)result);
+                return NULL;
+            }
+            char *d = b.buf;
+            switch (kind) {
+            case CK_ALLREDUCE:
+            case CK_REDUCE:
+                cell_fold(L, seq, d, 0);
+                break;
+            case CK_REDUCE_SCATTER:
+                cell_fold(L, seq, d, p * block);
+                break;
+            case CK_BROADCAST:
+                memcpy(d, cell_at(L, q0, seq) + 8, (size_t)result);
+                break;
+            case CK_ALLGATHER:
+                for (int64_t q = 0; q < n; q++)
+                    memcpy(d + q * block, cell_at(L, q, seq) + 8, (size_t)block);
+                break;
+            case CK_ALLTOALL:
+                for (int64_t q = 0; q < n; q++)
+                    memcpy(d + q * block, cell_at(L, q, seq) + 8 + p * block, (size_t)block);
+                break;
+            }
+            PyBuffer_Release(&b);
+        }
+    }
+    __atomic_store_n(mine, seq, __ATOMIC_RELEASE);
+    Py_RETURN_TRUE;
+}
+
+/* cell_waits(layout, seq) -> list: the ranks whose cell this rank still waits for (a
+ * report's pending peers) */
+static PyObject *cell_waits(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "cell_waits(layout, seq)");
+        return NULL;
+    }
+    const int64_t *L = cell_layout(args[0]);
+    int64_t seq = PyLong_AsLongLong(args[1]);
+    if (L == NULL || (seq == -1 && PyErr_Occurred()))
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL || !cell_reads(L))
+        return out;
+    int64_t kind = L[CF_KIND], n = L[CF_N];
+    for (int64_t q = 0; q < n; q++) {
+        if (kind == CK_BROADCAST && q != L[CF_ROOT])
+            continue;
+        if (__atomic_load_n((int64_t *)cell_at(L, q, seq), __ATOMIC_ACQUIRE) != seq) {
+            PyObject *v = PyLong_FromLongLong(q);
+            if (v == NULL || PyList_Append(out, v) < 0) {
+                Py_XDECREF(v);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(v);
+        }
+    }
+    return out;
+}
+
+/* handoff(mine, peer, rounds, first) -> ns: a flag ping-pong between two processes over
+ * two cache lines of node-shared memory (the floor under every small collective): each
+ * round this side waits for the peer's flag to reach its count, then stores its own.
+ * scripts/floor_handoff.py times it. */
+static PyObject *handoff(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "handoff(mine, peer, rounds, first)");
+        return NULL;
+    }
+    int64_t *mine = (int64_t *)(intptr_t)PyLong_AsLongLong(args[0]);
+    int64_t *peer = (int64_t *)(intptr_t)PyLong_AsLongLong(args[1]);
+    long long rounds = PyLong_AsLongLong(args[2]);
+    int first = PyObject_IsTrue(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    int64_t base = __atomic_load_n(mine, __ATOMIC_ACQUIRE);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (long long i = 1; i <= rounds; i++) {
+        if (!first)
+            while (__atomic_load_n(peer, __ATOMIC_ACQUIRE) < base + i)
+                ;
+        __atomic_store_n(mine, base + i, __ATOMIC_RELEASE);
+        if (first)
+            while (__atomic_load_n(peer, __ATOMIC_ACQUIRE) < base + i)
+                ;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return PyLong_FromLongLong((long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL +
+                               (t1.tv_nsec - t0.tv_nsec));
+}
+
 static PyMethodDef methods[] = {
     {"set_stream_bytes", set_stream_bytes, METH_O,
      "set_stream_bytes(n) -> previous: copies into a receive buffer of n bytes or more use "
      "non-temporal stores (-1: never)"},
+    {"cell_post", (PyCFunction)(void (*)(void))cell_post, METH_FASTCALL,
+     "cell_post(layout, seq, send) -> bool: publish this rank's part of cell collective seq"},
+    {"cell_done", (PyCFunction)(void (*)(void))cell_done, METH_FASTCALL,
+     "cell_done(layout, seq, recv) -> bool: complete cell collective seq on this rank"},
+    {"cell_waits", (PyCFunction)(void (*)(void))cell_waits, METH_FASTCALL,
+     "cell_waits(layout, seq) -> list: the ranks whose cell this rank still waits for"},
+    {"handoff", (PyCFunction)(void (*)(void))handoff, METH_FASTCALL,
+     "handoff(mine, peer, rounds, first) -> ns: a flag ping-pong between two processes"},
     {"run", run, METH_VARARGS,
      "run(code, pc, base, send, recv, scratch) -> (pc, waits): execute an encoded "
      "shared-memory program from pc until a flag wait that does not hold, or the end"},
@@ -341,7 +592,11 @@ PyMODINIT_FUNC PyInit__native(void) {
                                       "COPY", OP_COPY, "REDUCE", OP_REDUCE, "PUBLISH",
                                       OP_PUBLISH, "READ", OP_READ);
     PyObject *dtypes = NAMES(DTYPE_NAMES), *ops = NAMES(OP_NAMES);
-    if (opcodes == NULL || dtypes == NULL || ops == NULL ||
+    PyObject *kinds = NAMES(CELL_KIND_NAMES), *fields = NAMES(CELL_FIELD_NAMES);
+    if (opcodes == NULL || dtypes == NULL || ops == NULL || kinds == NULL || fields == NULL ||
+        PyModule_AddObjectRef(m, "CELL_KINDS", kinds) < 0 ||
+        PyModule_AddObjectRef(m, "CELL_FIELDS", fields) < 0 ||
+        PyModule_AddIntConstant(m, "CELL_MAGIC", CELL_MAGIC) < 0 ||
         PyModule_AddIntConstant(m, "NROW", NROW) < 0 ||
         PyModule_AddIntConstant(m, "MAGIC", MAGIC) < 0 ||
         PyModule_AddObjectRef(m, "OPCODES", opcodes) < 0 ||
@@ -351,9 +606,13 @@ PyMODINIT_FUNC PyInit__native(void) {
         Py_XDECREF(opcodes);
         Py_XDECREF(dtypes);
         Py_XDECREF(ops);
+        Py_XDECREF(kinds);
+        Py_XDECREF(fields);
         Py_DECREF(m);
         return NULL;
     }
+    Py_DECREF(kinds);
+    Py_DECREF(fields);
     Py_DECREF(opcodes);
     Py_DECREF(dtypes);
     Py_DECREF(ops);

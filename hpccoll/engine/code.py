@@ -31,7 +31,7 @@ from ..algorithms.primitives import (PEER, PRECV, PSEND, SLOT, Copy, Post, Publi
                                      ReduceN, Scale, Signal, Wait, WaitFlags)
 from ..base import ops as table
 from ..transport import cma
-from ..transport.shm import ADDR, FLAG_STRIDE
+from ..transport.shm import ADDR, CELL_RING, FLAG_STRIDE
 
 # the instruction set (both executors; _native has the node-shared ones: NATIVE_OPCODES)
 (WAIT, SIGNAL, COPY, UFUNC, REDUCE_N, REDUCE2, SCALE, PUBLISH, READ, POST, WAITREQ,
@@ -45,12 +45,21 @@ NATIVE_DTYPES = tuple(np.dtype(t) for t in ("i1", "i2", "i4", "i8", "u1", "u2", 
 NATIVE_OPS = ("sum", "prod", "max", "min")
 
 
+# the cells' collectives and the words of their layout (_native.c: cell_post, cell_done),
+# in the C module's order
+CELL_KINDS = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
+              "barrier")
+CELL_FIELDS = ("magic", "kind", "rank", "n", "root", "ring", "stride", "write", "block", "fn",
+               "count", "result")
+
+
 def _checked(mod):
     """The C executor, once its tables are this module's (a build out of step with the
     source it came from must not run: it would reduce with the wrong function)."""
     got = (dict(mod.OPCODES), tuple(np.dtype(t) for t in mod.DTYPES), tuple(mod.OPS),
-           mod.NFNS)
-    want = (NATIVE_OPCODES, NATIVE_DTYPES, NATIVE_OPS, len(NATIVE_DTYPES) * len(NATIVE_OPS))
+           mod.NFNS, tuple(mod.CELL_KINDS), tuple(mod.CELL_FIELDS))
+    want = (NATIVE_OPCODES, NATIVE_DTYPES, NATIVE_OPS, len(NATIVE_DTYPES) * len(NATIVE_OPS),
+            CELL_KINDS, CELL_FIELDS)
     if got != want:
         raise ImportError(f"hpccoll/engine/_native.c's tables {got} differ from "
                           f"engine/code.py's {want}: rebuild it (pip install -e .)")
@@ -177,7 +186,7 @@ def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
     ops = NATIVE_OPCODES
     fn = None
     if op is not None and c_reduces(dtype, op):
-        fn = NATIVE_DTYPES.index(dtype) * len(NATIVE_OPS) + NATIVE_OPS.index(op)
+        fn = _fn(dtype, op)
     rows = np.zeros((len(code) + 1, row), np.int64)
     need = [0, 0, 0]
     writes = [False, False, False]     # (destinations: what must be writable)
@@ -234,6 +243,41 @@ def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
             return None
     rows[0, :5] = _native.MAGIC, *need, writes[1]
     return rows
+
+
+def _fn(dtype: np.dtype, op: str) -> int:
+    """The C reduction's index in FNS (dtype-major, then NATIVE_OPS)."""
+    return NATIVE_DTYPES.index(dtype) * len(NATIVE_OPS) + NATIVE_OPS.index(op)
+
+
+def cells_layout(area, coll: str, root: int, count: int, dtype: np.dtype,
+                 op: Optional[str]) -> Optional[bytes]:
+    """The layout of a cell collective for _native.cell_post and cell_done (CELL_FIELDS,
+    then every rank's ring of cells and DONE word), or None where cells cannot run it: no
+    C module, a reduction it lacks, or more input than a cell holds.  ``count``: elements
+    per rank's block (the collective's count)."""
+    if _native is None or coll not in CELL_KINDS or area is None or not area.cell_bytes:
+        return None
+    if op is not None and not c_reduces(dtype, op):
+        return None
+    n, p = area.size, area.rank
+    root = root if root is not None and root >= 0 else 0
+    block = count * dtype.itemsize
+    whole = {"allreduce": block, "reduce": block, "broadcast": block,
+             "allgather": block, "reduce_scatter": n * block, "alltoall": n * block,
+             "barrier": 0}[coll]
+    if whole > area.cell_bytes:
+        return None
+    result = {"allreduce": block, "reduce": block if p == root else 0,
+              "broadcast": block if p != root else 0, "allgather": n * block,
+              "reduce_scatter": block, "alltoall": n * block, "barrier": 0}[coll]
+    fn = _fn(dtype, op) if op is not None else -1
+    head = dict(magic=_native.CELL_MAGIC, kind=CELL_KINDS.index(coll), rank=p, n=n,
+                root=root, ring=CELL_RING, stride=area.cell_stride, write=whole,
+                block=block, fn=fn, count=count, result=result)
+    words = [head[f] for f in CELL_FIELDS]
+    words += [area.cells(q) for q in range(n)] + [area.done_word(q) for q in range(n)]
+    return np.array(words, np.int64).tobytes()
 
 
 def run(lane) -> bool:

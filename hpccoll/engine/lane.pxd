@@ -12,5 +12,13 @@ cdef class MpiLane(Lane):
     cdef public bint done, tested
 
 
+@cython.freelist(32)
+cdef class CellLane(Lane):
+    cdef public object layout, seq, send, recv
+    cdef public bint done, posted
+
+
 cpdef MpiLane mpi_setup(MpiLane lane, recipe, send, recv, slot)
 cpdef MpiLane mpi_lane(recipe, send, recv, slot=*)
+cpdef CellLane cell_setup(CellLane lane, layout, seq, send, recv)
+cpdef CellLane cell_lane(layout, seq, send, recv)

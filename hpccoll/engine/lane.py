@@ -6,6 +6,8 @@ treat them alike; the communicator's state (core/state.py) makes the kind its pl
 - ``MpiLane`` (here): the ``mpi`` row, the MPI library's own nonblocking collective (or,
   for tiny messages, a persistent one started again and again: transport/mpi.py).  MPI
   progresses it, so it holds no execution slot (``needs_slot`` False);
+- ``CellLane`` (here): the ``cells`` row, a small collective in one handoff through
+  node-shared cells (engine/_native.c), which holds no execution slot either;
 - ``DetourLane`` (here): a small collective over device arrays through the host: one
   copy each way around MPI's own collective;
 - ``ProgramLane`` and ``DeviceLane`` (engine/program.py): a step machine's program,
@@ -16,9 +18,10 @@ A lane holds the caller's arrays only while the collective runs: ``release()`` d
 """
 from __future__ import annotations
 
-from ..algorithms import MPI_PROGRAM
+from ..algorithms import CELLS_PROGRAM, MPI_PROGRAM
 from ..transport import mpi as transport
 from ..transport import staging
+from .code import _native
 
 
 class Gate:
@@ -157,6 +160,68 @@ def mpi_setup(lane, recipe, send, recv, slot):
 def mpi_lane(recipe, send, recv, slot=None):
     """A new MpiLane: MpiLane(...) without the call's argument parsing."""
     return mpi_setup(MpiLane.__new__(MpiLane), recipe, send, recv, slot)
+
+
+class CellLane(Lane):
+    """One cell collective (the ``cells`` row): cell ``seq`` of the communicator's ring in
+    node-shared memory, run by engine/_native.c (``cell_post`` publishes this rank's input,
+    ``cell_done`` completes it from the peers' cells: its docstring has the protocol).
+    Nothing of MPI: it holds no execution slot, and it starts on the calling thread."""
+    needs_slot = False
+    at_issue = True
+    program = CELLS_PROGRAM
+
+    def __init__(self, layout, seq, send, recv):
+        cell_setup(self, layout, seq, send, recv)
+
+    def start(self) -> None:
+        # (a full ring, a peer that has not read the cell this one reuses: run() again)
+        self.posted = _native.cell_post(self.layout, self.seq, self.send)
+
+    def ready(self):
+        return self.finish if not self.done else None
+
+    def finish(self) -> bool:
+        """Publish, then complete where every cell this rank reads holds this seq."""
+        if not self.posted:
+            self.posted = _native.cell_post(self.layout, self.seq, self.send)
+            if not self.posted:
+                return False
+        if _native.cell_done(self.layout, self.seq, self.recv):
+            self.done = True
+            return True
+        return False
+
+    def run(self) -> bool:
+        return self.done or self.finish()
+
+    @property
+    def waits_done(self) -> int:
+        return 1 if self.done else 0
+
+    @property
+    def bytes_moved(self) -> int:
+        return self.recv.nbytes if self.done and self.recv is not None else 0
+
+    def pending_peers(self):
+        if self.done:
+            return set(), set()
+        return set(_native.cell_waits(self.layout, self.seq)), set()
+
+    def release(self) -> None:
+        self.send = self.recv = None
+
+
+def cell_setup(lane, layout, seq, send, recv):
+    """Every field of a CellLane (its one initialisation)."""
+    lane.layout, lane.seq, lane.send, lane.recv = layout, seq, send, recv
+    lane.done = lane.posted = False
+    return lane
+
+
+def cell_lane(layout, seq, send, recv):
+    """A new CellLane: CellLane(...) without the call's argument parsing."""
+    return cell_setup(CellLane.__new__(CellLane), layout, seq, send, recv)
 
 
 class DetourLane(Lane):

@@ -4,8 +4,9 @@ A communicator's area is one file in /dev/shm per node (``create``), mapped by t
 node's ranks (the world's node map says which: ``Split_type(COMM_TYPE_SHARED)`` at init,
 or the fake nodes of the ``node_size`` setting) and unlinked as soon as all have mapped
 it; it costs no MPI communicator context.  Each rank's segment holds three counters
-(READY, REDUCED, CONSUMED), each on its own cache line, then ``shm_slots`` staging slots
-of ``shm_slot_bytes``; pages are taken when first touched.
+(READY, REDUCED, CONSUMED), each on its own cache line, a ring of ``CELL_RING`` cells
+for small collectives (engine/_native.c: cells), then ``shm_slots`` staging slots of
+``shm_slot_bytes``; pages are taken when first touched.
 
 Memory ordering.  A writer stores its data (a copy into its slot, or a reduced part),
 then a fence (MPI_Win_sync of a locked window of this process, ``Context.shm_fence``: a
@@ -45,7 +46,9 @@ FLAG_STRIDE = 8            # int64 slots between flags: 64 bytes, one cache line
 ADDR = 3                   # after the three counters: the addresses of the send, receive
 #                            and scratch buffers a single-copy program published
 #                            (algorithms/cma.py), a cache line each
+DONE = 6                   # the last cell collective this rank completed (its own line)
 SLOT_ALIGN = 64
+CELL_RING = 8              # cells per rank: collectives in flight before a writer waits
 
 
 def node_comm(comm, world_ranks, node_size: Optional[int]):
@@ -73,9 +76,15 @@ def aligned(slot_bytes: int) -> int:
     return -(-slot_bytes // SLOT_ALIGN) * SLOT_ALIGN
 
 
-def segment_bytes(slot_bytes: int, slots: int) -> int:
-    """One rank's segment: its counters, then its slots."""
-    return CTRL_BYTES + slots * aligned(slot_bytes)
+def cell_stride(cell_bytes: int) -> int:
+    """One cell: its sequence word, then up to ``cell_bytes`` of data, in whole lines (data
+    of up to 56 bytes shares the line of the word that publishes it)."""
+    return aligned(8 + cell_bytes) if cell_bytes else 0
+
+
+def segment_bytes(slot_bytes: int, slots: int, cell_bytes: int = 0) -> int:
+    """One rank's segment: its counters, its ring of cells, then its slots."""
+    return CTRL_BYTES + CELL_RING * cell_stride(cell_bytes) + slots * aligned(slot_bytes)
 
 
 class ShmArea:
@@ -84,11 +93,16 @@ class ShmArea:
     ``fd`` (it created it), or None to open ``path`` (see ``create``)."""
 
     def __init__(self, path: str, fd: Optional[int], local_rank: int, local_size: int,
-                 slot_bytes: int, slots: int, fence):
+                 slot_bytes: int, slots: int, fence, cell_bytes: int = 0):
         self.rank, self.size = local_rank, local_size
         self.slot_bytes = aligned(slot_bytes)
         self.slots = slots
-        seg = segment_bytes(slot_bytes, slots)
+        # cells (engine/_native.c: cell_post, cell_done): the largest input a rank
+        # publishes in one, and the sequence number of the last cell collective handed out
+        self.cell_bytes, self.cell_stride = cell_bytes, cell_stride(cell_bytes)
+        self.cell_seq = 0
+        self.slots_at = CTRL_BYTES + CELL_RING * self.cell_stride
+        seg = segment_bytes(slot_bytes, slots, cell_bytes)
         total = seg * local_size
         if fd is None:
             fd = os.open(path, os.O_RDWR)
@@ -121,8 +135,16 @@ class ShmArea:
         return True
 
     def slot(self, q: int, index: int) -> np.ndarray:
-        start = CTRL_BYTES + index * self.slot_bytes
+        start = self.slots_at + index * self.slot_bytes
         return self.segs[q][start:start + self.slot_bytes]
+
+    def cells(self, q: int) -> int:
+        """The address of rank q's ring of cells."""
+        return self.segs[q][CTRL_BYTES:].__array_interface__["data"][0]
+
+    def done_word(self, q: int) -> int:
+        """The address of rank q's DONE word."""
+        return self.flags[q][DONE * FLAG_STRIDE:].__array_interface__["data"][0]
 
     def behind(self, flag: int, value: int, peers) -> list:
         """The peers whose counter ``flag`` has not reached ``value`` (diagnosis)."""
@@ -222,7 +244,8 @@ def create(comm, world_ranks, node_of, settings, fence_of) -> Optional[dict]:
     if local is None:
         return None
     me = local.index(rank)
-    nbytes = segment_bytes(settings.shm_slot_bytes, settings.shm_slots) * len(local)
+    nbytes = segment_bytes(settings.shm_slot_bytes, settings.shm_slots,
+                           settings.cell_bytes) * len(local)
     path = fd = error = area = None
     full = False
     where = shm_dir(settings.shm_dir)
@@ -256,7 +279,7 @@ def create(comm, world_ranks, node_of, settings, fence_of) -> Optional[dict]:
     if not errors:
         try:
             area = ShmArea(made[local[0]][0], fd, me, len(local), settings.shm_slot_bytes,
-                           settings.shm_slots, fence_of())
+                           settings.shm_slots, fence_of(), settings.cell_bytes)
         except (OSError, ValueError) as exc:
             error = f"{made[local[0]][0]}: {exc}"
         readable = settings.cma and all(cma.probe(*made[q][2]) for q in local if q != rank)

@@ -14,7 +14,7 @@ SMALL, LARGE = 5, 70_001          # elements: under and over small_msg_bytes bel
 
 @pytest.fixture(scope="module")
 def p2p():
-    with hpccoll.init(timeout=60, shm=False, mpi_coll_bytes=0, small_msg_bytes=4096,
+    with hpccoll.init(timeout=60, shm=False, mpi_coll_bytes=0, cell_bytes=0, small_msg_bytes=4096,
                       chunk_bytes=16384) as ctx:
         yield ctx.world
 

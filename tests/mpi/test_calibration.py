@@ -91,21 +91,34 @@ def test_a_file_rank_0_cannot_read_is_an_error_on_every_rank():
         hpccoll.init(timeout=60, calibration=bad if MPI.COMM_WORLD.rank == 0 else "off")
 
 
+@pytest.fixture(scope="module", params=["mpi", "cells"])
+def small(request):
+    """A context whose small reductions take MPI's own row, or cells (where they run:
+    every rank on one node, C built; else MPI's own too)."""
+    from hpccoll.engine import code
+    c = hpccoll.init(timeout=60, cell_bytes=0 if request.param == "mpi" else 8 << 10)
+    cells = request.param == "cells" and c.size > 1 and c.c_programs and code._native
+    yield c, "cells" if cells else "mpi"
+    c.close()
+
+
 @pytest.mark.parametrize("dtype", ["int32", "float64"])
 @pytest.mark.parametrize("count", [1, 3, 256])   # (up to shm_c_bytes at 4 ranks)
-def test_mpi_own_reduce_and_reduce_scatter_match_numpy(ctx, dtype, count):
+def test_mpi_own_reduce_and_reduce_scatter_match_numpy(small, dtype, count):
+    ctx, row = small
     w = ctx.world
     size, rank = w.size, w.rank
     base = (np.arange(count * size) % 7).astype(dtype)
     for root in {0, size - 1}:
         red = w.reduce(base[:count] + rank, root=root, op="max")
         red.wait()
-        assert red.counters["algo"] == "mpi"
+        # (float max stays NumPy's or MPI's: NaN rules; cells do not run it)
+        assert red.counters["algo"] == (row if dtype == "int32" else "mpi")
         if rank == root:
             np.testing.assert_array_equal(red.result, base[:count] + size - 1)
     rs = w.reduce_scatter(base + rank)
     rs.wait()
-    assert rs.counters["algo"] == "mpi"
+    assert rs.counters["algo"] == row
     want = (base * size + size * (size - 1) // 2)[rank * count:(rank + 1) * count]
     np.testing.assert_array_equal(rs.result, want)
     # avg goes to hpccoll's own (MPI's would divide into an output of another size)
@@ -116,14 +129,14 @@ def test_mpi_own_reduce_and_reduce_scatter_match_numpy(ctx, dtype, count):
     buf = base + rank
     inp = w.reduce_scatter(buf, buf if rank % 2 else None)
     inp.wait()
-    assert inp.counters["algo"] == "mpi"
+    assert inp.counters["algo"] == row
     got = buf[rank * count:(rank + 1) * count] if rank % 2 else inp.result
     np.testing.assert_array_equal(got, want)
     for root in {0, size - 1}:
         buf = base[:count] + rank
         inr = w.reduce(buf, buf if rank in (root, 1) else None, root=root)
         inr.wait()
-        assert inr.counters["algo"] == "mpi"
+        assert inr.counters["algo"] == row
         if rank == root:
             np.testing.assert_array_equal(inr.result, base[:count] * size + size * (size - 1) // 2)
 

@@ -72,7 +72,7 @@ def p2p_comm():
     hpccoll's own point-to-point algorithms (recursive doubling, binomial tree, Bruck,
     pairwise) instead of the MPI library's."""
     import hpccoll
-    with hpccoll.init(timeout=60, mpi_coll_bytes=0) as c:
+    with hpccoll.init(timeout=60, mpi_coll_bytes=0, cell_bytes=0) as c:
         yield c.world
 
 

@@ -230,7 +230,7 @@ def test_local_failure_reaches_every_member_promptly(mpi_world):
     it sent anything) fails on every member at once, naming that rank, instead of leaving
     them to their watchdog."""
     import time
-    with hpccoll.init(timeout=60, mpi_coll_bytes=0) as ctx:
+    with hpccoll.init(timeout=60, mpi_coll_bytes=0, cell_bytes=0) as ctx:
         comm = ctx.world.dup(name="fragile")
         with copies_fail_on(1, ctx.rank):
             t0 = time.monotonic()
@@ -256,7 +256,7 @@ def test_a_failure_before_the_communicator_exists_here_still_reaches_this_rank(m
     Rank 0 registers only once the notice is in."""
     import time
     from hpccoll.core import context as ctx_mod
-    with hpccoll.init(timeout=60, mpi_coll_bytes=0) as ctx:
+    with hpccoll.init(timeout=60, mpi_coll_bytes=0, cell_bytes=0) as ctx:
         if ctx.rank == 0:
             real = ctx_mod.Context._register
 

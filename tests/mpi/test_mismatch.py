@@ -59,7 +59,7 @@ def test_a_stalled_wait_probes():
     line up, a wait stalls, a probe finds who differs, every rank raises (a rank whose
     shorter message completed its own part raises on its next call there)."""
     with hpccoll.init(timeout=60, mismatch_every=1000, mismatch_ms=50, mpi_coll_bytes=0,
-                      shm=False) as ctx:
+                      cell_bytes=0, shm=False) as ctx:
         comm = ctx.world.dup()
         n = 3000 if ctx.rank == 0 else 5
         with pytest.raises(CollectiveMismatch) as info:

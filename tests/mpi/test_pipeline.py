@@ -19,7 +19,8 @@ MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
 
 @pytest.fixture(scope="module")
 def pctx():
-    c = hpccoll.init(policy="preemptive", timeout=60)
+    # (MPI's own row for the small collectives here: tests/mpi/test_cells.py has cells')
+    c = hpccoll.init(policy="preemptive", timeout=60, cell_bytes=0)
     yield c
     c.close()
 
@@ -580,7 +581,7 @@ def test_an_mpi_error_at_start_fails_the_collective(mpi_world, monkeypatch):
 
     def start(*args):
         raise MPI.Exception(MPI.ERR_OTHER)
-    with hpccoll.init(policy="preemptive", timeout=60) as ctx:
+    with hpccoll.init(policy="preemptive", timeout=60, cell_bytes=0) as ctx:
         comm = ctx.world.dup()      # (its barrier, under the timeout, before the fault)
         monkeypatch.setattr(transport, "start", start)
         monkeypatch.setattr(transport, "start_slot", start)

@@ -35,7 +35,8 @@ def _rotated_allreduces(ctx, count, ncomms=3):
 def test_divergent_order_completes_with_any_slot_bound(policy, slots):
     """hpccoll's own algorithms (not MPI's), node-shared slots from 64 KiB on: with one,
     two or unbounded execution slots, rotated orders over three communicators complete."""
-    with hpccoll.init(policy=policy, max_active=slots, timeout=30, mpi_coll_bytes=0) as ctx:
+    with hpccoll.init(policy=policy, max_active=slots, timeout=30, mpi_coll_bytes=0,
+                      cell_bytes=0) as ctx:
         for count in (100, 20_000):
             _rotated_allreduces(ctx, count)
 
@@ -83,7 +84,8 @@ def test_ordered_takes_the_token_only_for_what_holds_a_bounded_resource():
         _rotated_allreduces(ctx, 20_000)                 # node-shared slots, no bound
         ring = ctx._engine.policy.ring
         assert ring is None or ring.hops == 0
-    with hpccoll.init(policy="ordered", max_active=1, timeout=30, mpi_coll_bytes=0) as ctx:
+    with hpccoll.init(policy="ordered", max_active=1, timeout=30, mpi_coll_bytes=0,
+                      cell_bytes=0) as ctx:
         _rotated_allreduces(ctx, 1)
         assert ctx._engine.policy.ring.hops > 0
 
@@ -106,7 +108,8 @@ def test_preemption_counters(mpi_world):
     its own order may get through without), and counters add up."""
     # mpi_coll_bytes=0: collectives the MPI library runs itself take no slot (and never
     # yield); hpccoll's own algorithms do
-    with hpccoll.init(policy="preemptive", max_active=1, timeout=30, mpi_coll_bytes=0) as ctx:
+    with hpccoll.init(policy="preemptive", max_active=1, timeout=30, mpi_coll_bytes=0,
+                      cell_bytes=0) as ctx:
         a, b = ctx.world.dup(), ctx.world.dup()
         first, second = (a, b) if ctx.rank % 2 == 0 else (b, a)
         w1, w2 = first.allreduce(np.ones(8)), second.allreduce(np.ones(8))
@@ -124,7 +127,8 @@ def test_ordered_launch_logs_agree(mpi_world):
     every rank's launch log, restricted to the collectives two ranks share, is in the same
     order, and the global sequence numbers agree.  hpccoll's own algorithms (not MPI's)
     and one slot: every collective of a multi-rank communicator takes the token."""
-    with hpccoll.init(policy="ordered", max_active=1, timeout=60, mpi_coll_bytes=0) as ctx:
+    with hpccoll.init(policy="ordered", max_active=1, timeout=60, mpi_coll_bytes=0,
+                      cell_bytes=0) as ctx:
         n, r = ctx.size, ctx.rank
         comms = [ctx.world.dup(name="all0"), ctx.world.dup(name="all1"),
                  ctx.world.split(r % 2, name=f"half{r % 2}")]

@@ -222,7 +222,7 @@ def test_registered_used_asymmetrically_is_a_mismatch(mpi_world):
 def test_tiny_collectives_may_mix_registered_and_ordinary(mpi_world):
     """At <= mpi_coll_bytes the MPI library's own collective runs and reads no peer's
     buffers: where the arrays live does not matter and is not a mismatch."""
-    with hpccoll.init(timeout=30) as ctx:
+    with hpccoll.init(timeout=30, cell_bytes=0) as ctx:
         reg = ctx.empty(4, np.int32)
         reg[:] = ctx.rank + 1
         x = reg if ctx.rank == 0 else np.full(4, ctx.rank + 1, np.int32)
@@ -325,9 +325,9 @@ def test_shared_memory_in_c_from_small_sizes_agreed_by_every_rank(mpi_world, off
             c_here = in_c and not (dt is np.float32 and op == "max")
             assert algos(ctx) == {(c, "shm" if c_here else "mpi")
                                   for c in ("allreduce", "reduce_scatter", "reduce")}
-        # at shm_c_bytes and below, MPI's own still
+        # at shm_c_bytes and below, cells where C runs them (every rank), else MPI's own
         w.allreduce(np.ones(2048, np.float32)).wait()
-        assert algos(ctx) == {("allreduce", "mpi")}
+        assert algos(ctx) == {("allreduce", "cells" if in_c else "mpi")}
 
 
 @pytest.mark.mpi(min_size=2)
@@ -362,7 +362,9 @@ def test_alltoall_through_shared_memory_where_it_runs_in_c(mpi_world):
                     np.testing.assert_array_equal(works[c].wait(), wants[c],
                                                   err_msg=f"{total} {dt} it {it}")
             shm_here = in_c and total <= (64 << 10)
-            assert algos(ctx) == {("alltoall", "shm" if shm_here else "mpi")}, (total, in_c)
+            cells = in_c and total <= ctx.settings.cell_bytes
+            assert algos(ctx) == {("alltoall", "cells" if cells else "shm" if shm_here
+                                   else "mpi")}, (total, in_c)
         for c in comms:
             c.free()
 

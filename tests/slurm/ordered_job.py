@@ -70,7 +70,8 @@ def check(seen, size) -> list:
 
 def main() -> int:
     world = MPI.COMM_WORLD
-    with hpccoll.init(policy="ordered", max_active=1, mpi_coll_bytes=0, timeout=60) as ctx:
+    with hpccoll.init(policy="ordered", max_active=1, mpi_coll_bytes=0, cell_bytes=0,
+                      timeout=60) as ctx:
         mine = run_ranks(ctx)
     mine["slurm_node"] = os.environ.get("SLURMD_NODENAME", "?")
     seen = world.gather(mine, root=0)

@@ -3,7 +3,7 @@ depths, run by the in-process step simulator and compared with NumPy (exact: int
 import numpy as np
 import pytest
 
-from hpccoll.algorithms import SHM_ALGOS, TABLE, build
+from hpccoll.algorithms import ROWS_WITHOUT_STEPS, SHM_ALGOS, TABLE, build
 from hpccoll.algorithms.primitives import RECV, Post
 from hpccoll.algorithms.spec import Spec
 from tests import stepsim
@@ -16,8 +16,9 @@ SHAPES = [(1, 1), (3, 2), (64, 2), (4, 3)]   # (chunk elements, depth)
 
 def algos(coll):
     """The point-to-point algorithms (shared memory: test_shm_algorithms.py; "mpi" is the
-    MPI library's own collective, tested against MPI in tests/mpi)."""
-    return [name for name, _, _ in TABLE[coll] if name not in SHM_ALGOS and name != "mpi"]
+    MPI library's own collective and "cells" run in C, tested against MPI in tests/mpi)."""
+    return [name for name, _, _ in TABLE[coll]
+            if name not in SHM_ALGOS and name not in ROWS_WITHOUT_STEPS]
 
 
 def fold(op, arrays):

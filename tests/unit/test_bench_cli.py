@@ -51,11 +51,12 @@ def test_table_parses_like_nccl_tests_and_matches_the_log(compare_run):
     assert t["oob"] == (0, "OK")
     assert "# Collective test concluded: allreduce" in text
     # which candidate each size used: the built-in table at 3 ranks on one node (tests
-    # run with calibration off); above shm_c_bytes (8 KiB) shared memory where it runs in C
+    # run with calibration off); up to cell_bytes (8 KiB) cells, above shm_c_bytes (8 KiB)
+    # shared memory, where C runs them
     from hpccoll.engine import code
-    mid = "shm" if code._native is not None else "mpi"
-    assert (f"# hpccoll algorithm by size : 1 KiB mpi, 4 KiB mpi, 16 KiB {mid}, 64 KiB {mid}, "
-            "256 KiB shm (calibration: off)") in text
+    mid, small = ("shm", "cells") if code._native is not None else ("mpi", "mpi")
+    assert (f"# hpccoll algorithm by size : 1 KiB {small}, 4 KiB {small}, 16 KiB {mid}, "
+            f"64 KiB {mid}, 256 KiB shm (calibration: off)") in text
     (run,) = h5log.read(out)
     assert run.attrs["status"] == "complete" and run.attrs["nranks"] == 3
     assert run.attrs["libraries"] == ["hpccoll", "mpi"]

@@ -263,8 +263,16 @@ def test_the_c_executors_tables_are_checked_at_import():
         DTYPES = code._native.DTYPES
         OPS = code._native.OPS
         NFNS = code._native.NFNS
+        CELL_KINDS = code._native.CELL_KINDS
+        CELL_FIELDS = code._native.CELL_FIELDS
     with pytest.raises(ImportError, match="rebuild"):
         code._checked(Stale)
+
+    class StaleCells(Stale):    # the cells' layout words in another order
+        OPCODES = code._native.OPCODES
+        CELL_FIELDS = code._native.CELL_FIELDS[::-1]
+    with pytest.raises(ImportError, match="rebuild"):
+        code._checked(StaleCells)
 
 
 WIDE = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,

@@ -1,0 +1,197 @@
+"""Cells: small collectives in one handoff through node-shared memory (the ``cells`` row,
+engine/_native.c).  Every collective cells run, for every dtype and op, in place and out,
+against the MPI library's own (exact: integer-valued data); back to back on several
+communicators in opposite orders, more at once than a ring holds, a rank late by 100 ms,
+and a mismatch between ranks.  (A rank killed mid-collective: tests/unit/test_cells_kill.py.)"""
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hpccoll
+from hpccoll.engine import code
+
+pytestmark = pytest.mark.mpi
+
+DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+          np.float32, np.float64, np.float16]
+OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+COUNTS = [1, 7, 64]          # 7 x 8 B: the data shares its line with the sequence word
+
+
+@pytest.fixture(scope="module")
+def cctx():
+    c = hpccoll.init(trace=True, timeout=60, calibration="off")
+    yield c
+    c.close()
+
+
+def expect_cells(ctx, coll, dtype, op=None):
+    """Whether cells run this call here: every rank on one node, C built, its reduction."""
+    if ctx.size == 1 or code._native is None or not ctx.c_programs:
+        return False
+    return op is None or code.c_reduces(np.dtype(dtype), op)
+
+
+def algos(ctx):
+    return [(r["coll"], r["algo"]) for r in ctx.trace(clear=True)]
+
+
+def data(count, rank, dtype, salt=0):
+    """Small integers (exact in every dtype and under every op at 4 ranks)."""
+    v = (np.arange(count) * 3 + rank * 5 + salt) % 3 + (1 if np.dtype(dtype).kind == "u" else -1)
+    return v.astype(dtype)
+
+
+def mpi_type_ok(dtype):
+    return np.dtype(dtype) != np.float16
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", list(OPS))
+def test_allreduce_reduce_reduce_scatter_exact(cctx, mpi_world, dtype, op):
+    w = cctx.world
+    n, r = w.size, w.rank
+    cctx.trace(clear=True)
+    for count in COUNTS:
+        x = data(count, r, dtype)
+        want = np.empty_like(x)
+        if mpi_type_ok(dtype):
+            mpi_world.Allreduce(x, want, op=OPS[op])
+        else:
+            want = np.stack(mpi_world.allgather(x)).astype(np.float32)
+            want = getattr(np, {"sum": "sum", "prod": "prod", "max": "max", "min": "min"}[op])(
+                want, axis=0).astype(dtype)
+        np.testing.assert_array_equal(w.allreduce(x, op=op).wait(), want)
+        inplace = x.copy()
+        w.allreduce(inplace, inplace, op=op).wait()
+        np.testing.assert_array_equal(inplace, want)
+        for root in range(n):
+            out = w.reduce(x, root=root, op=op).wait()
+            if r == root:
+                np.testing.assert_array_equal(out, want)
+        full = np.concatenate([data(count, r, dtype, salt=q) for q in range(n)])
+        whole = np.empty_like(full)
+        if mpi_type_ok(dtype):
+            mpi_world.Allreduce(full, whole, op=OPS[op])
+            np.testing.assert_array_equal(w.reduce_scatter(full, op=op).wait(),
+                                          whole[r * count:(r + 1) * count])
+    used = {a for _, a in algos(cctx)}
+    if expect_cells(cctx, "allreduce", dtype, op):
+        assert used == {"cells"}, used
+    else:
+        assert "cells" not in used
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_broadcast_allgather_alltoall_barrier_exact(cctx, mpi_world, dtype):
+    w = cctx.world
+    n, r = w.size, w.rank
+    cctx.trace(clear=True)
+    for count in COUNTS:
+        x = data(count, r, dtype)
+        for root in range(n):
+            got = w.broadcast(x.copy(), root=root).wait()
+            np.testing.assert_array_equal(got, data(count, root, dtype))
+        gathered = np.concatenate([data(count, q, dtype) for q in range(n)])
+        np.testing.assert_array_equal(w.allgather(x).wait(), gathered)
+        inplace = np.zeros(n * count, dtype)
+        inplace[r * count:(r + 1) * count] = x
+        w.allgather(inplace[r * count:(r + 1) * count], inplace).wait()
+        np.testing.assert_array_equal(inplace, gathered)
+        send = np.concatenate([data(count, r, dtype, salt=q) for q in range(n)])
+        want = np.concatenate([data(count, q, dtype, salt=r) for q in range(n)])
+        np.testing.assert_array_equal(w.alltoall(send).wait(), want)
+        w.barrier().wait()
+    used = {a for _, a in algos(cctx)}
+    if expect_cells(cctx, "broadcast", dtype):
+        assert used == {"cells"}, used
+
+
+def test_the_largest_cell_and_one_byte_more(cctx, mpi_world):
+    """Up to cell_bytes the whole result takes cells; a byte more, something else."""
+    w = cctx.world
+    n, r = w.size, w.rank
+    limit = cctx.settings.cell_bytes
+    cctx.trace(clear=True)
+    for nbytes, count in ((limit, limit // n), (limit + 1, limit // n + 1)):
+        send = (np.arange(n * count) + r).astype(np.uint8)
+        got = w.alltoall(send).wait()
+        want = np.empty_like(send)
+        mpi_world.Alltoall(send, want)
+        np.testing.assert_array_equal(got, want)
+        x = (np.arange(nbytes) % 7 + r).astype(np.uint8)
+        want = np.empty_like(x)
+        mpi_world.Allreduce(x, want)
+        np.testing.assert_array_equal(w.allreduce(x).wait(), want)
+    used = algos(cctx)
+    if expect_cells(cctx, "alltoall", np.uint8):
+        assert used[0][1] == "cells" and used[1][1] == "cells"
+        assert used[2][1] != "cells" and used[3][1] != "cells"
+
+
+@pytest.mark.mpi(min_size=2)
+def test_back_to_back_on_communicators_in_opposite_orders(cctx, mpi_world):
+    """Three communicators, each rank issuing them in a rotated order, many nonblocking
+    collectives of several kinds before any wait; more per communicator than a ring holds
+    (a writer waits for its readers then, and nothing deadlocks)."""
+    w = cctx.world
+    n, r = w.size, w.rank
+    comms = [w.dup(name=f"cells{i}") for i in range(3)]
+    try:
+        order = comms[r % 3:] + comms[:r % 3]
+        cctx.trace(clear=True)
+        for it in range(30):
+            works = []
+            for c in order:
+                for k in range(3):
+                    x = np.full(3, it * 10 + k + r, np.int64)
+                    works.append((c, "allreduce", it * 10 + k, c.allreduce(x)))
+                    works.append((c, "broadcast", it * 10 + k,
+                                  c.broadcast(np.full(2, it * 10 + k + r, np.int32),
+                                              root=(it + k) % n)))
+            for c, kind, base, wk in reversed(works):
+                got = wk.wait()
+                if kind == "allreduce":
+                    np.testing.assert_array_equal(got, n * base + n * (n - 1) // 2)
+                else:
+                    np.testing.assert_array_equal(got, base + (it + (base - it * 10)) % n)
+        if expect_cells(cctx, "allreduce", np.int64, "sum"):
+            assert {a for _, a in algos(cctx)} == {"cells"}
+        # a ring of cells per communicator, many times over
+        many = [comms[0].allreduce(np.full(1, i + r, np.int64)) for i in range(50)]
+        for i, wk in enumerate(many):
+            np.testing.assert_array_equal(wk.wait(), n * i + n * (n - 1) // 2)
+    finally:
+        for c in comms:
+            c.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_rank_late_by_100_ms(cctx):
+    w = cctx.world
+    n, r = w.size, w.rank
+    for late in range(min(n, 2)):
+        if r == late:
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        got = w.allreduce(np.full(4, r + 1, np.int32)).wait()
+        np.testing.assert_array_equal(got, n * (n + 1) // 2)
+        got = w.broadcast(np.full(2, r, np.int16), root=late).wait()
+        np.testing.assert_array_equal(got, late)
+        w.barrier().wait()
+        if r != late:
+            assert time.monotonic() - t0 >= 0.05    # it waited for the late one
+
+
+@pytest.mark.mpi(min_size=2)
+def test_ranks_calling_different_cell_collectives_get_a_mismatch_not_silent_data(mpi_world):
+    """One rank's allreduce against the others' broadcast of the same size: the per-call
+    check names the mismatch on every rank (cells exchange no fingerprint themselves)."""
+    with hpccoll.init(timeout=30, check_mismatch="every") as ctx:
+        w = ctx.world
+        x = np.ones(2, np.float64)
+        work = w.allreduce(x) if w.rank == 0 else w.broadcast(x, root=0)
+        with pytest.raises(hpccoll.CollectiveMismatch):
+            work.wait(timeout=20)
