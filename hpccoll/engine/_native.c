@@ -311,7 +311,8 @@ static PyObject *set_stream_bytes(PyObject *self, PyObject *arg) {
  * in the same 64-byte line as the word that publishes them: one line moves per peer.
  *
  *   post: every peer's DONE >= seq - ring (acquire: it has read the cell this one reuses),
- *         else not yet; copy the input into my cell; store seq into its word (release).
+ *         else not yet (SEEN spares most of these loads); copy the input into my cell;
+ *         store seq into its word (release).
  *   done: my DONE == seq - 1 (a rank completes its cells in order); every cell this rank
  *         reads holds seq (acquire); compute the result from the cells (my own included,
  *         so an input that is also the output is read before it is written); store seq
@@ -323,8 +324,9 @@ static PyObject *set_stream_bytes(PyObject *self, PyObject *arg) {
  * seq - ring or seq, never a later one.  No fence and no system call on the path: on
  * x86-64 release and acquire are plain moves.
  *
- * The layout (int64 words, CELL_FIELDS below, then the n ring bases and the n DONE
- * addresses) is made once per plan by engine/code.py, which checks these names at import. */
+ * The layout (int64 words, CELL_FIELDS below, then the n ring bases, the n DONE addresses
+ * and this rank's SEEN word) is made once per plan by engine/code.py, which checks these
+ * names at import. */
 enum { CK_ALLREDUCE, CK_REDUCE, CK_BROADCAST, CK_ALLGATHER, CK_REDUCE_SCATTER, CK_ALLTOALL,
        CK_BARRIER, CK_COUNT };
 static const char *const CELL_KIND_NAMES[] = {"allreduce", "reduce", "broadcast", "allgather",
@@ -344,7 +346,7 @@ static const int64_t *cell_layout(PyObject *o) {
     const int64_t *L = (const int64_t *)PyBytes_AS_STRING(o);
     Py_ssize_t words = PyBytes_GET_SIZE(o) / 8;
     if (words < CF_HEADER || L[CF_MAGIC] != CELL_MAGIC || L[CF_N] < 1 ||
-        words != CF_HEADER + 2 * L[CF_N] || L[CF_KIND] < 0 || L[CF_KIND] >= CK_COUNT ||
+        words != CF_HEADER + 2 * L[CF_N] + 1 || L[CF_KIND] < 0 || L[CF_KIND] >= CK_COUNT ||
         L[CF_RING] < 2 || L[CF_RANK] < 0 || L[CF_RANK] >= L[CF_N]) {
         PyErr_SetString(PyExc_ValueError, "cells: not a cell layout");
         return NULL;
@@ -372,6 +374,13 @@ static inline int64_t *done_at(const int64_t *L, int64_t q) {
     return (int64_t *)(intptr_t)L[CF_HEADER + L[CF_N] + q];
 }
 
+/* The least DONE this rank saw of its peers when it last looked (a word of its own that
+ * no peer reads): a writer loads its peers' DONE lines only when that is too old for the
+ * cell it reuses, about once a ring, so those lines rarely move between cores. */
+static inline int64_t *seen_at(const int64_t *L) {
+    return (int64_t *)(intptr_t)L[CF_HEADER + 2 * L[CF_N]];
+}
+
 /* cell_post(layout, seq, send) -> bool: this rank's part published (False: the ring is
  * full, a peer has not read the cell yet; try again) */
 static PyObject *cell_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -386,10 +395,18 @@ static PyObject *cell_post(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (!cell_writes(L))
         Py_RETURN_TRUE;
     int64_t n = L[CF_N], reuse = seq - L[CF_RING];
-    if (reuse > 0)
-        for (int64_t q = 0; q < n; q++)
-            if (__atomic_load_n(done_at(L, q), __ATOMIC_ACQUIRE) < reuse)
-                Py_RETURN_FALSE;
+    int64_t *seen = seen_at(L);
+    if (reuse > *seen) {
+        int64_t least = INT64_MAX;
+        for (int64_t q = 0; q < n; q++) {
+            int64_t d = __atomic_load_n(done_at(L, q), __ATOMIC_ACQUIRE);
+            if (d < least)
+                least = d;
+        }
+        *seen = least;
+        if (least < reuse)
+            Py_RETURN_FALSE;
+    }
     char *cell = cell_at(L, L[CF_RANK], seq);
     int64_t nbytes = L[CF_WRITE];
     if (nbytes > 0) {

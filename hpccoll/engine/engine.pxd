@@ -16,6 +16,7 @@ cdef class Engine:
     cdef public object _calm
 
     cpdef issue(self, Task task, bint inline=*)
+    cpdef bint _done_at_issue(self, Task task) except -1
     cpdef _admit(self, Task task, bint started)
     cpdef take_started(self, before=*)
     cpdef wait(self, Task task, timeout=*)

@@ -117,6 +117,9 @@ class Engine:
                     except Exception as exc:    # MPI's error at post time: the driver
                         task.fault = exc        # fails the task (named, peers told)
                         self.wake.set()
+                    else:
+                        if lane.done and self._done_at_issue(task):
+                            return
                     self.started[task] = None
                     return
             elif self.solo and (lane.holds is None or lane.holds.held < lane.holds.capacity):
@@ -134,6 +137,23 @@ class Engine:
         self.sq.append(task)
         if not inline and self._sleeping:
             self.wake.set()
+
+    def _done_at_issue(self, task) -> bool:
+        """A task whose lane finished as it started (a cell collective whose peers were
+        there first, a broadcast's root) completes on the issuing thread, where nobody
+        drives: its waiter then finds it done.  False: the driver completes it."""
+        if task.check is not None or not self.lock.acquire(False):
+            return False
+        try:
+            if self.broken is not None or task.comm.broken is not None or not task.poll():
+                return False
+            self.retire(task)
+        finally:
+            self.lock.release()
+        if self._callbacks:
+            self.run_callbacks()
+        self.app_active = monotonic()
+        return True
 
     def _admit(self, task, started: bool) -> None:
         """``task`` joins the policy (the driver's lock is held): admitted to start in its

@@ -17,6 +17,10 @@ cdef class CellLane(Lane):
     cdef public object layout, seq, send, recv
     cdef public bint done, posted
 
+    cpdef start(self)
+    cpdef bint finish(self) except -1
+    cpdef bint run(self) except -1
+
 
 cpdef MpiLane mpi_setup(MpiLane lane, recipe, send, recv, slot)
 cpdef MpiLane mpi_lane(recipe, send, recv, slot=*)

@@ -47,6 +47,7 @@ ADDR = 3                   # after the three counters: the addresses of the send
 #                            and scratch buffers a single-copy program published
 #                            (algorithms/cma.py), a cache line each
 DONE = 6                   # the last cell collective this rank completed (its own line)
+SEEN = 7                   # the least DONE of its peers this rank last saw (no peer reads it)
 SLOT_ALIGN = 64
 CELL_RING = 8              # cells per rank: collectives in flight before a writer waits
 
@@ -145,6 +146,10 @@ class ShmArea:
     def done_word(self, q: int) -> int:
         """The address of rank q's DONE word."""
         return self.flags[q][DONE * FLAG_STRIDE:].__array_interface__["data"][0]
+
+    def seen_word(self) -> int:
+        """The address of this rank's SEEN word."""
+        return self.flags[self.rank][SEEN * FLAG_STRIDE:].__array_interface__["data"][0]
 
     def behind(self, flag: int, value: int, peers) -> list:
         """The peers whose counter ``flag`` has not reached ``value`` (diagnosis)."""
