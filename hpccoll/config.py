@@ -301,7 +301,8 @@ SETTINGS: tuple[Setting, ...] = (
             maximum=1 << 40, agree=True),
     Setting("cell_bytes", int, 8 << 10,
             "Where shm_in_c runs them, allreduce, reduce, broadcast, allgather, "
-            "reduce_scatter, alltoall and barrier of up to this many bytes (the whole "
+            "reduce_scatter, alltoall, gather, scatter and barrier of up to this many bytes "
+            "(the whole "
             "result) on one node complete in one handoff through node-shared cells: each "
             "rank publishes its input with a sequence number in a ring of cells of its "
             "own, and reads its peers' (no MPI call, no system call); 0: never.  Memory: "

@@ -290,10 +290,12 @@ TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
     # node, else MPI's own wherever it can run them (they move each block once, as
     # hpccoll's would, with less Python per call); hpccoll's own for the rest (float16,
     # bfloat16, keyed calls, ops MPI lacks)
-    "gather": [("cma", _cma_gather, cma.gather), ("shm", _shm_rooted, shm.gather),
+    "gather": [("cells", _cells, CELLS),
+               ("cma", _cma_gather, cma.gather), ("shm", _shm_rooted, shm.gather),
                ("mpi", _native, MPI),
                ("binomial", _small, tree.gather), ("linear", _always, linear.gather)],
-    "scatter": [("cma", _cma_scatter, cma.scatter), ("shm", _shm_rooted, shm.scatter),
+    "scatter": [("cells", _cells, CELLS),
+                ("cma", _cma_scatter, cma.scatter), ("shm", _shm_rooted, shm.scatter),
                 ("mpi", _native, MPI),
                 ("binomial", _small, tree.scatter), ("linear", _always, linear.scatter)],
     "scan": [("mpi", _native, MPI), ("doubling", _small, prefix.scan_doubling),

@@ -328,9 +328,10 @@ static PyObject *set_stream_bytes(PyObject *self, PyObject *arg) {
  * and this rank's SEEN word) is made once per plan by engine/code.py, which checks these
  * names at import. */
 enum { CK_ALLREDUCE, CK_REDUCE, CK_BROADCAST, CK_ALLGATHER, CK_REDUCE_SCATTER, CK_ALLTOALL,
-       CK_BARRIER, CK_COUNT };
+       CK_BARRIER, CK_GATHER, CK_SCATTER, CK_COUNT };
 static const char *const CELL_KIND_NAMES[] = {"allreduce", "reduce", "broadcast", "allgather",
-                                              "reduce_scatter", "alltoall", "barrier"};
+                                              "reduce_scatter", "alltoall", "barrier",
+                                              "gather", "scatter"};
 enum { CF_MAGIC, CF_KIND, CF_RANK, CF_N, CF_ROOT, CF_RING, CF_STRIDE, CF_WRITE, CF_BLOCK,
        CF_FN, CF_COUNT, CF_RESULT, CF_HEADER };
 static const char *const CELL_FIELD_NAMES[] = {"magic", "kind", "rank", "n", "root", "ring",
@@ -354,13 +355,18 @@ static const int64_t *cell_layout(PyObject *o) {
     return L;
 }
 
+/* the root's cell is all there is to read (a broadcast, a scatter) */
+static inline int from_root(const int64_t *L) {
+    return L[CF_KIND] == CK_BROADCAST || L[CF_KIND] == CK_SCATTER;
+}
+
 static inline int cell_writes(const int64_t *L) {
-    return L[CF_KIND] != CK_BROADCAST || L[CF_RANK] == L[CF_ROOT];
+    return !from_root(L) || L[CF_RANK] == L[CF_ROOT];
 }
 
 static inline int cell_reads(const int64_t *L) {
     switch (L[CF_KIND]) {
-    case CK_REDUCE: return L[CF_RANK] == L[CF_ROOT];
+    case CK_REDUCE: case CK_GATHER: return L[CF_RANK] == L[CF_ROOT];
     case CK_BROADCAST: return L[CF_RANK] != L[CF_ROOT];
     default: return 1;
     }
@@ -456,7 +462,7 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
         Py_RETURN_FALSE;
     if (cell_reads(L)) {
         int64_t kind = L[CF_KIND];
-        int64_t q0 = kind == CK_BROADCAST ? L[CF_ROOT] : 0, q1 = kind == CK_BROADCAST ? q0 + 1 : n;
+        int64_t q0 = from_root(L) ? L[CF_ROOT] : 0, q1 = from_root(L) ? q0 + 1 : n;
         for (int64_t q = q0; q < q1; q++)
             if (__atomic_load_n((int64_t *)cell_at(L, q, seq), __ATOMIC_ACQUIRE) != seq)
                 Py_RETURN_FALSE;
@@ -483,7 +489,11 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
             case CK_BROADCAST:
                 memcpy(d, cell_at(L, q0, seq) + 8, (size_t)result);
                 break;
+            case CK_SCATTER:
+                memcpy(d, cell_at(L, q0, seq) + 8 + p * block, (size_t)block);
+                break;
             case CK_ALLGATHER:
+            case CK_GATHER:
                 for (int64_t q = 0; q < n; q++)
                     memcpy(d + q * block, cell_at(L, q, seq) + 8, (size_t)block);
                 break;
@@ -515,7 +525,7 @@ static PyObject *cell_waits(PyObject *self, PyObject *const *args, Py_ssize_t na
         return out;
     int64_t kind = L[CF_KIND], n = L[CF_N];
     for (int64_t q = 0; q < n; q++) {
-        if (kind == CK_BROADCAST && q != L[CF_ROOT])
+        if (from_root(L) && q != L[CF_ROOT])
             continue;
         if (__atomic_load_n((int64_t *)cell_at(L, q, seq), __ATOMIC_ACQUIRE) != seq) {
             PyObject *v = PyLong_FromLongLong(q);

@@ -48,7 +48,7 @@ NATIVE_OPS = ("sum", "prod", "max", "min")
 # the cells' collectives and the words of their layout (_native.c: cell_post, cell_done),
 # in the C module's order
 CELL_KINDS = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
-              "barrier")
+              "barrier", "gather", "scatter")
 CELL_FIELDS = ("magic", "kind", "rank", "n", "root", "ring", "stride", "write", "block", "fn",
                "count", "result")
 
@@ -265,12 +265,13 @@ def cells_layout(area, coll: str, root: int, count: int, dtype: np.dtype,
     block = count * dtype.itemsize
     whole = {"allreduce": block, "reduce": block, "broadcast": block,
              "allgather": block, "reduce_scatter": n * block, "alltoall": n * block,
-             "barrier": 0}[coll]
+             "barrier": 0, "gather": block, "scatter": n * block}[coll]
     if whole > area.cell_bytes:
         return None
     result = {"allreduce": block, "reduce": block if p == root else 0,
               "broadcast": block if p != root else 0, "allgather": n * block,
-              "reduce_scatter": block, "alltoall": n * block, "barrier": 0}[coll]
+              "reduce_scatter": block, "alltoall": n * block, "barrier": 0,
+              "gather": n * block if p == root else 0, "scatter": block}[coll]
     fn = _fn(dtype, op) if op is not None else -1
     head = dict(magic=_native.CELL_MAGIC, kind=CELL_KINDS.index(coll), rank=p, n=n,
                 root=root, ring=CELL_RING, stride=area.cell_stride, write=whole,

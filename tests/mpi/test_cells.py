@@ -1,5 +1,6 @@
 """Cells: small collectives in one handoff through node-shared memory (the ``cells`` row,
-engine/_native.c).  Every collective cells run, for every dtype and op, in place and out,
+engine/_native.c).  Every collective cells run (allreduce, reduce, reduce_scatter,
+broadcast, allgather, alltoall, gather, scatter, barrier), for every dtype and op, in place and out,
 against the MPI library's own (exact: integer-valued data); back to back on several
 communicators in opposite orders, more at once than a ring holds, a rank late by 100 ms,
 and a mismatch between ranks.  (A rank killed mid-collective: tests/unit/test_cells_kill.py.)"""
@@ -85,7 +86,7 @@ def test_allreduce_reduce_reduce_scatter_exact(cctx, mpi_world, dtype, op):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_broadcast_allgather_alltoall_barrier_exact(cctx, mpi_world, dtype):
+def test_broadcast_allgather_alltoall_gather_scatter_barrier_exact(cctx, mpi_world, dtype):
     w = cctx.world
     n, r = w.size, w.rank
     cctx.trace(clear=True)
@@ -103,6 +104,25 @@ def test_broadcast_allgather_alltoall_barrier_exact(cctx, mpi_world, dtype):
         send = np.concatenate([data(count, r, dtype, salt=q) for q in range(n)])
         want = np.concatenate([data(count, q, dtype, salt=r) for q in range(n)])
         np.testing.assert_array_equal(w.alltoall(send).wait(), want)
+        for root in range(n):
+            got = w.gather(x, root=root).wait()
+            if r == root:
+                np.testing.assert_array_equal(got, gathered)
+            blocks = np.concatenate([data(count, q, dtype, salt=root) for q in range(n)])
+            got = w.scatter(blocks if r == root else None, np.empty(count, dtype),
+                            root=root).wait()
+            np.testing.assert_array_equal(got, data(count, r, dtype, salt=root))
+            if r == root:      # in place at the root
+                whole = np.zeros(n * count, dtype)
+                whole[r * count:(r + 1) * count] = x
+                w.gather(whole, whole, root=root).wait()
+                np.testing.assert_array_equal(whole, gathered)
+                sb = blocks.copy()
+                w.scatter(sb, sb[r * count:(r + 1) * count], root=root).wait()
+                np.testing.assert_array_equal(sb, blocks)
+            else:
+                w.gather(x, root=root).wait()
+                w.scatter(None, np.empty(count, dtype), root=root).wait()
         w.barrier().wait()
     used = {a for _, a in algos(cctx)}
     if expect_cells(cctx, "broadcast", dtype):

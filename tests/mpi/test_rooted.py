@@ -58,6 +58,11 @@ def check_algo(work, comm, algo, dtype):
         assert got != "cma"         # (single copy needs every rank on one node, and CMA)
     elif algo == "shm" and not (shm and len(shm["local"]) == comm.size):
         assert got != "shm"         # (node-shared memory needs every rank on one node)
+    elif algo == "cells":
+        st = comm._state            # (one node, C built, a message a cell holds)
+        fits = (shm and len(shm["local"]) == comm.size and st.ctx.c_programs
+                and work.plan.nbytes <= st.ctx.settings.cell_bytes)
+        assert (got == "cells") == bool(fits), (algo, got, work.plan.nbytes)
     else:
         assert got == algo, (algo, got)
 
