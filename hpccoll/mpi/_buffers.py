@@ -8,8 +8,12 @@ hpccoll or forwards the very same call to the wrapped communicator, counted in `
 """
 from __future__ import annotations
 
+import numpy as np
+
 from . import _calls as calls
 from ._types import MPI
+
+_ND = np.ndarray
 
 
 class BufferCalls:
@@ -25,11 +29,11 @@ class BufferCalls:
         if self._freed:
             raise MPI.Exception(MPI.ERR_COMM)
         last = self._last_bcast
-        if (buf is last[0] and root == last[1] and buf.flags.num == last[2]
-                and buf.dtype is last[3] and buf.ndim == 1):
+        if (buf is last[0] and root == last[1] and buf.__class__ is _ND
+                and buf.flags.num == last[2] and buf.dtype is last[3] and buf.ndim == 1):
             call = last[4]    # the same small array again, unchanged: read already
         else:
-            call = calls.bcast(self._hc, buf, root)
+            call = self._read("Bcast", calls.bcast, (buf, root))
             if call is calls.FORWARD:
                 self._forward("Bcast", buf, root)
                 return
@@ -46,13 +50,13 @@ class BufferCalls:
             raise MPI.Exception(MPI.ERR_COMM)
         last = self._last_allreduce
         if (recvbuf is last[1] and sendbuf is last[0] and op is last[2]
-                and recvbuf.flags.num == last[4] and recvbuf.dtype is last[5]
+                and recvbuf.__class__ is _ND and recvbuf.flags.num == last[4] and recvbuf.dtype is last[5]
                 and recvbuf.ndim == 1 and (sendbuf is MPI.IN_PLACE or (
                     sendbuf.flags.num == last[3] and sendbuf.dtype is last[5]
                     and sendbuf.ndim == 1))):
             call = last[6]
         else:
-            call = calls.allreduce(self._hc, sendbuf, recvbuf, op)
+            call = self._read("Allreduce", calls.allreduce, (sendbuf, recvbuf, op))
             if call is calls.FORWARD:
                 self._forward("Allreduce", sendbuf, recvbuf, op)
                 return

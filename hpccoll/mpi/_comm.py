@@ -92,6 +92,7 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         # the Call of the last small plain arrays of Bcast and Allreduce (calls.RECENT_BYTES)
         self._last_bcast = [None, None, 0, None, None]
         self._last_allreduce = [None, None, None, 0, 0, None, None]
+        self._kept: dict = {}      # method -> calls.Kept (any other message, read once)
 
     def __repr__(self) -> str:
         if "_mpi" not in self.__dict__:
@@ -134,12 +135,26 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         self._stats[name]["forwarded"] += 1
         return getattr(self._mpi, name)(*args)
 
+    def _read(self, name: str, read, args: tuple):
+        """The Call of ``args`` (or FORWARD): the kept one while they are the same
+        objects, unchanged (``calls.Kept``), else ``read``'s, kept for next time."""
+        kept = self._kept.get(name)
+        if kept is not None and kept.holds(args):
+            return kept.call
+        call = read(self._hc, *args)
+        kept = calls.keep(name, args, call)
+        if kept is not None:
+            self._kept[name] = kept
+        else:
+            self._kept.pop(name, None)
+        return call
+
     def _run(self, name: str, read, *args):
         """(Work, None) when it ran natively, (None, mpi4py's return value) when forwarded.
         ``read`` checks the arguments once and returns the call the pipeline issues."""
         if self._freed:
             raise MPI.Exception(MPI.ERR_COMM)
-        call = read(self._hc, *args)
+        call = self._read(name, read, args)
         if call is calls.FORWARD:
             return None, self._forward(name, *args)
         self._stats[name]["native"] += 1
@@ -149,7 +164,7 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         """Run natively, waiting on the calling thread (CommState.run), or forward."""
         if self._freed:
             raise MPI.Exception(MPI.ERR_COMM)
-        call = read(self._hc, *args)
+        call = self._read(name, read, args)
         if call is calls.FORWARD:
             self._forward(name, *args)
             return
