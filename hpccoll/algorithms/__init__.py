@@ -2,10 +2,12 @@
 
 Each family is a module of pure step machines (``ring``, ``tree``, ``doubling``,
 ``pairwise``, ``linear``, ``prefix``, ``shm``).
-``TABLE`` lists, per collective, candidates in priority order;
-the first whose predicate holds is used, unless a calibration measured another
-candidate faster for this size (``Choice.prefer``: hpccoll/algorithms/calibration.py) and that
-candidate can run here (``applies``).  The MPI library's own nonblocking collective is
+``TABLE`` lists, per collective, candidates in priority order, each with the rows (data:
+capabilities a message needs or lacks, size bounds in bytes or named settings) where it is
+the built-in choice; the first candidate one of whose rows holds is used, unless a
+calibration measured another candidate faster for this size (``Choice.prefer``:
+hpccoll/algorithms/calibration.py) and that candidate can run here (``applies``): one
+table, which a calibration file overrides.  The MPI library's own nonblocking collective is
 a row like the others (``mpi``): it has no step machine, because the MPI library runs it
 (hpccoll/engine/lane.py's ``MpiLane``).  Latency-optimal algorithms come first, limited
 to small messages; the bandwidth-optimal pipelined ones catch the rest.
@@ -26,7 +28,8 @@ from .spec import COLLECTIVES, Spec
 
 
 class Choice(NamedTuple):
-    """What the table's predicates look at."""
+    """What the table's rows look at: the message's size, its capabilities
+    (``capabilities``) and the thresholds the rows name (settings)."""
     nbytes: int
     small_msg_bytes: int = 64 << 10
     shm: str = ""              # "flat": every rank on one node shares memory; "hier": nodes
@@ -50,260 +53,210 @@ C_SHM_COLLECTIVES = frozenset({"allreduce", "reduce", "reduce_scatter", "allgath
                                "alltoall", "broadcast"})
 
 
-def _c_shm(c: Choice) -> bool:
-    """Shared memory run in C beats MPI's own collective from small sizes on (2 ranks,
-    against MPI's blocking collective: 16 KiB allreduce 0.94x, reduce 1.05x against
-    0.68x and 0.69x through MPI's own nonblocking one; 64 KiB allreduce 1.06-1.08x,
-    reduce 1.34-1.40x, reduce_scatter 1.08-1.12x against 0.58-0.82x; 4 ranks 64 KiB
-    0.82-1.11x against 0.55-0.64x; 8 KiB MPI's own stays ahead, 0.51 against 0.46x)."""
-    return c.shm_c_bytes > 0 and c.shm == "flat" and c.nbytes > c.shm_c_bytes
+def capabilities(c: Choice) -> frozenset:
+    """What the table's rows ask of a message besides its size."""
+    flat = c.shm == "flat"
+    have = {"native": c.native, "mpi": c.native and c.mpi_coll_bytes > 0,
+            "flat": flat, "hier": c.shm == "hier", "registered": c.registered,
+            "reg_flat": c.registered and flat,
+            # shared memory run in C (engine/_native.c) where it has the reduction
+            "c_shm": flat and c.shm_c_bytes > 0,
+            "cells": flat and c.cell_bytes > 0,
+            "cma": c.cma, "two_ranks": c.ranks == 2}
+    return frozenset(k for k, v in have.items() if v)
 
 
-def _cells(c: Choice) -> bool:
-    """Every rank on one node, a message a cell holds: each rank publishes its input with
-    a sequence number in a cell of its own and reads its peers' (engine/_native.c), one
-    cache-line handoff per peer for up to 56 bytes, no MPI call and no system call.
-    Against MPI's own blocking call (2 ranks, docs/performance.md "Cells"): see there."""
-    return c.cell_bytes > 0 and c.shm == "flat" and c.nbytes <= c.cell_bytes
+class Row(NamedTuple):
+    """One region of the table where a candidate is the built-in choice: a message with
+    every capability in ``needs`` and none in ``lacks`` (``capabilities``), whose size
+    (``Choice.nbytes``) is above, at most, at least and below every bound given.  A bound
+    is a number of bytes, or the name of a Choice field: the setting of that name (e.g.
+    ``small_msg_bytes``).  ``picked``: never the built-in choice, only a calibration's
+    pick."""
+    needs: frozenset = frozenset()
+    lacks: frozenset = frozenset()
+    above: tuple = ()
+    upto: tuple = ()
+    from_: tuple = ()
+    below: tuple = ()
+    picked: bool = False
+
+    def holds(self, c: Choice, have: frozenset) -> bool:
+        if self.picked or not self.needs <= have or self.lacks & have:
+            return False
+        n = c.nbytes
+        return (all(n > _bound(c, b) for b in self.above)
+                and all(n <= _bound(c, b) for b in self.upto)
+                and all(n >= _bound(c, b) for b in self.from_)
+                and all(n < _bound(c, b) for b in self.below))
 
 
-def _small(c: Choice) -> bool:
-    return c.nbytes <= c.small_msg_bytes
+def _bound(c: Choice, b) -> int:
+    return getattr(c, b) if b.__class__ is str else b
 
 
-def _always(c: Choice) -> bool:
-    return True
+def _row(needs=(), lacks=(), **bounds) -> Row:
+    for k, v in bounds.items():
+        if k != "picked" and not isinstance(v, tuple):
+            bounds[k] = (v,)
+    return Row(frozenset(needs), frozenset(lacks), **bounds)
 
 
-def _shm(c: Choice) -> bool:
-    """Shared memory wins once a message is large enough to pay for its three flag rounds;
-    registered buffers always take it (the data never needs to move otherwise)."""
-    return c.shm == "flat" and (c.registered or c.nbytes >= c.shm_min_bytes or _c_shm(c))
+ALWAYS = (_row(),)
+SMALL = (_row(upto="small_msg_bytes"),)    # latency-optimal point-to-point algorithms
+PICKED = (_row(picked=True),)
+# Up to cell_bytes, every rank on one node, one handoff through node-shared cells
+# (engine/_native.c; docs/performance.md "Cells").
+CELLS = (_row(["cells"], upto="cell_bytes"),)
+# MPI's own for tiny messages, but shared memory run in C above shm_c_bytes (2 ranks,
+# against MPI's blocking collective: 16 KiB allreduce 0.94x, reduce 1.05x against 0.68x
+# and 0.69x through MPI's own nonblocking one; 64 KiB allreduce 1.06-1.08x, reduce
+# 1.34-1.40x, reduce_scatter 1.08-1.12x against 0.58-0.82x; 4 ranks 64 KiB 0.82-1.11x
+# against 0.55-0.64x; 8 KiB MPI's own stays ahead, 0.51 against 0.46x).
+TINY = (_row(["mpi"], ["c_shm"], upto="mpi_coll_bytes"),
+        _row(["mpi", "c_shm"], upto=("mpi_coll_bytes", "shm_c_bytes")))
+# Shared memory once a message pays for its three flag rounds; registered buffers always
+# (the data never needs to move otherwise); from above shm_c_bytes where C runs it.
+SHM = (_row(["flat", "registered"]), _row(["flat"], from_="shm_min_bytes"),
+       _row(["c_shm"], above="shm_c_bytes"))
+# reduce, broadcast: they stage either way, registered or not.  Reduce, against the ring
+# over point-to-point (``hpccoll-tune calibrate``, 2 ranks): 256 KiB 68 against 87 us,
+# 1 MiB 254 against 316, 4 MiB 772 against 1,012, 16 MiB 3.3 against 4.2 ms; 4 ranks alike.
+SHM_STAGED = (_row(["flat"], from_="shm_min_bytes"), _row(["c_shm"], above="shm_c_bytes"))
+# A broadcast, allgather or alltoall MPI can run: its own beats hpccoll's point-to-point
+# algorithms at every size on one node.  Broadcast, against the chain (2 ranks: 1 MiB
+# 0.89x, 16 MiB 0.84-0.91x the blocking MPI_Bcast, against 0.66x and 0.52-0.61x).
+# Alltoall, against the pairwise exchange (1 MiB: 72 against 189 us at 2 ranks, 246
+# against 666 at 4; 16 MiB: 1,496 against 2,454 us at 2 ranks, 7,146 against 7,430 at 4).
+NATIVE = (_row(["mpi"]),)
+# broadcast: MPI's own, but shared memory run in C from above shm_c_bytes to 128 KiB (the
+# root copies each chunk into its slot once, every other rank copies it out; 2 ranks, root
+# 0: 16 KiB 23-29 against 32-42 us, 64 KiB 29-48 against 42-54, 128 KiB 36-45 against
+# 50-61; MPI's blocking call 15-33).  From 256 KiB it depends on the VM's phase (1 MiB
+# 110-114 against 152-161 us in some jobs, 338-381 in others, where MPICH's single-copy
+# transfer is not hurt by lines moving between the cores): MPI's own keeps those.
+BCAST_C_BYTES = 128 << 10
+BCAST = (_row(["mpi"], ["c_shm"]), _row(["mpi", "c_shm"], upto="shm_c_bytes"),
+         _row(["mpi", "c_shm"], above=BCAST_C_BYTES))
+# alltoall: shared memory run in C beats MPI's own at every size up to 64 KiB (the whole
+# output; 2 ranks, against MPI's blocking call: 16 KiB 0.93-0.98x, 32 KiB 0.91-0.93x,
+# 64 KiB 0.81-0.94x, against 0.45-0.49x, 0.47-0.53x and 0.64-0.79x through MPI's own; 4
+# ranks 1.12-1.23x at 32-64 KiB against 0.49-0.57x).  From 128 KiB at 2 ranks MPICH's own
+# turns faster (7.0 us against 15.5 through shared memory).
+EXCHANGE_C_BYTES = 64 << 10
+C_EXCHANGE = (_row(["c_shm"], upto=EXCHANGE_C_BYTES),)
+EXCHANGE = (_row(["mpi"], ["c_shm"]), _row(["mpi", "c_shm"], above=EXCHANGE_C_BYTES))
+HIER = (_row(["hier"], from_="shm_min_bytes"),)
+# allgather: MPI's own copies each block once, as shared memory does, with less Python per
+# call: against shared memory run in Python it wins at every size on ordinary buffers (2
+# ranks: 1 MiB 104 against 142-148 us, 16 MiB 1,389 against 1,640-2,232); against shared
+# memory run in C only above GATHER_C_BYTES; on registered buffers up to 1 MiB; from
+# GATHER_SHM_BYTES registered shared memory moves less (2 ranks 16 MiB: 1,121 against
+# 1,400 us; 4 ranks 3,120 against 5,192).  Shared memory run in C beat MPI's own up to
+# 512 KiB (the whole output; 2 ranks, against MPI's blocking call: 16 KiB 0.82-0.88x,
+# 64 KiB 0.83-0.87x, 256 KiB 0.95-0.96x, against 0.62-0.68x, 0.66-0.68x and 0.84-0.85x
+# through MPI's own; 4 ranks 0.85x / 1.07x / 1.20x against 0.56x / 0.66x / 0.63x), not at
+# 1-2 MiB (1 MiB 394-397 against 259-271 us in two jobs of three).
+GATHER_SHM_BYTES = 2 << 20
+GATHER_C_BYTES = 512 << 10
+GATHER = (_row(["mpi"], ["reg_flat", "c_shm"]),
+          _row(["mpi", "reg_flat"], ["c_shm"], below=GATHER_SHM_BYTES),
+          _row(["mpi", "c_shm"], ["reg_flat"], upto="shm_c_bytes"),
+          _row(["mpi", "c_shm"], ["reg_flat"], above=GATHER_C_BYTES),
+          _row(["mpi", "c_shm", "reg_flat"], upto="shm_c_bytes", below=GATHER_SHM_BYTES),
+          _row(["mpi", "c_shm", "reg_flat"], above=GATHER_C_BYTES, below=GATHER_SHM_BYTES))
+# Single copy (algorithms/cma.py) on ordinary buffers, above where shared memory in C
+# keeps a collective.  alltoall, against MPI's own run for hpccoll (2 ranks, seven jobs:
+# 1 MiB 136-157 against 137-206 us, 16 MiB 2.7-5.2 against 3.2-6.3 ms; 4 ranks: 1 MiB 671
+# against 751 us, 16 MiB 7.8 against 10.0 ms; staged shared memory copies twice).
+CMA_EXCHANGE = (_row(["cma"], ["registered"], above=EXCHANGE_C_BYTES),)
+# allreduce at 2 ranks above 4 MiB: each rank reads the peer's half, reduces it with its
+# own, reads the peer's reduced half: 16 MiB 4.8-6.5 ms in every job, staged 4.2-5.0 in
+# three and 7.6-8.4 in six by the VM's phase, MPI's blocking call 9.7-12.5; 4 MiB even; at
+# 4 ranks on 2 cores staged stays ahead (16 MiB 16.6 against 19.5 ms).
+CMA_REDUCE_BYTES = 4 << 20
+CMA_ALLREDUCE = (_row(["cma", "two_ranks"], ["registered"], above=CMA_REDUCE_BYTES),)
+# gather above 1 MiB, scatter above 256 KiB (the root's whole buffer), against MPI's own
+# through the adapter (2 ranks, loaded machine, single runs): gather 4 MiB 2.7 against 4.6
+# ms, 16 MiB 5.1 against 8.7, 1 MiB 377 against 344 us; scatter 512 KiB 466 against 517
+# us, 1 MiB 92 against 116, 16 MiB 1.24 against 2.13 ms, 128 KiB 410 against 325.
+CMA_GATHER_BYTES = 1 << 20
+CMA_SCATTER_BYTES = 256 << 10
+CMA_GATHER = (_row(["cma"], ["registered"], above=CMA_GATHER_BYTES),)
+CMA_SCATTER = (_row(["cma"], ["registered"], above=CMA_SCATTER_BYTES),)
+# gather, scatter: staged through node-shared slots, run in C, above 8 KiB (against MPI's
+# own through the adapter, 2 ranks: gather 16 KiB 59 against 78 us, 64 KiB 49 against 76,
+# 1 MiB 114 against 180; scatter 16 KiB 27 against 71, 64 KiB 38 against 82; 1 KiB even).
+SHM_ROOTED_BYTES = 8 << 10
+SHM_ROOTED = (_row(["flat"], above=SHM_ROOTED_BYTES),)
+# allgather, broadcast, reduce_scatter through single copy were nowhere ahead of the
+# built-in choice in every job (2 ranks: allgather 1 MiB 290-346 against 207-232 us
+# through MPI's own; broadcast within 5% of MPI's own; reduce_scatter behind staged
+# shared memory at every size): they run where a calibration measured them faster.
 
-
-def _shm_staged(c: Choice) -> bool:
-    """reduce, broadcast: shared memory once a message pays for its flag rounds,
-    registered or not (they stage either way).  Broadcast takes it where MPI's own
-    cannot run (float16), where ``_bcast`` leaves it, or where a calibration picks it.
-    Reduce, against the ring over point-to-point (``hpccoll-tune calibrate``, 2 ranks):
-    256 KiB 68 against 87 us, 1 MiB 254 against 316, 4 MiB 772 against 1,012, 16 MiB 3.3
-    against 4.2 ms; 4 ranks alike."""
-    return c.shm == "flat" and (c.nbytes >= c.shm_min_bytes or _c_shm(c))
-
-
-def _tiny(c: Choice) -> bool:
-    return c.native and 0 < c.mpi_coll_bytes and c.nbytes <= c.mpi_coll_bytes and not _c_shm(c)
-
-
-def _native(c: Choice) -> bool:
-    """A broadcast, allgather or alltoall MPI can run: its own beats hpccoll's
-    point-to-point algorithms at every size on one node (shared memory run in C takes
-    some sizes back: ``_bcast``, ``_gather``, ``_c_exchange``).  Broadcast, against the
-    chain (2 ranks: 1 MiB 0.89x, 16 MiB 0.84-0.91x the blocking MPI_Bcast, against 0.66x
-    and 0.52-0.61x; scripts/bench_adapter.py).
-    Alltoall, against the pairwise exchange over point-to-point (1 MiB: 72 against 189 us
-    at 2 ranks, 246 against 666 us at 4; 16 MiB: 1,496 against 2,454 us at 2 ranks, 7,146
-    against 7,430 at 4): both copy each block through shared memory once, so there is
-    nothing for hpccoll to win."""
-    return c.native and c.mpi_coll_bytes > 0
-
-
-def _bcast(c: Choice) -> bool:
-    """broadcast: MPI's own, but shared memory run in C (the root copies each chunk into
-    its slot once, every other rank copies it out) from above shm_c_bytes to 128 KiB,
-    where it beats MPI's own through hpccoll in every job (2 ranks, same buffers for all,
-    root 0: 16 KiB 23-29 against 32-42 us, 64 KiB 29-48 against 42-54, 128 KiB 36-45
-    against 50-61; MPI's blocking call 15-33).  From 256 KiB it depends on the VM's phase:
-    as fast or faster in some jobs (1 MiB 110-114 against 152-161 us), 2-3x slower in
-    others (338-381), where MPICH's single-copy transfer (process_vm_readv) is not hurt
-    by lines moving between the cores; MPI's own keeps those sizes."""
-    return _native(c) and not (_c_shm(c) and c.nbytes <= _BCAST_C_BYTES)
-
-
-_BCAST_C_BYTES = 128 << 10
-
-
-def _c_exchange(c: Choice) -> bool:
-    """alltoall: shared memory run in C, issued and waited for through core/_express.c,
-    beats MPI's own at every size up to 64 KiB (the whole output; 2 ranks, against MPI's
-    blocking call: 8 B 0.56x, 1 KiB 0.51x, 8 KiB 0.57-0.60x, 16 KiB 0.93-0.98x, 32 KiB
-    0.91-0.93x, 64 KiB 0.81-0.94x, against 0.45-0.49x, 0.47-0.53x and 0.64-0.79x through
-    MPI's own nonblocking one; 4 ranks 0.64-0.66x at 16 B-8 KiB, 1.12-1.23x at 32-64 KiB
-    against 0.49-0.57x).  From 128 KiB at 2 ranks (64 KiB per peer) MPICH's own turns
-    faster than either (7.0 us against 15.5 through shared memory)."""
-    return c.shm_c_bytes > 0 and c.shm == "flat" and c.nbytes <= _EXCHANGE_C_BYTES
-
-
-def _exchange(c: Choice) -> bool:
-    return _native(c) and not _c_exchange(c)
-
-
-_EXCHANGE_C_BYTES = 64 << 10
-
-
-def _hier(c: Choice) -> bool:
-    return c.shm == "hier" and c.nbytes >= c.shm_min_bytes
-
-
-def _gather(c: Choice) -> bool:
-    """MPI's own allgather copies each block once, as shared memory does, with less
-    Python per call: against shared memory run in Python it wins at every size on ordinary
-    buffers (2 ranks: 1 MiB 104 against 142-148 us, 16 MiB 1,389 against 1,640-2,232; 4
-    ranks even to 0.99x at 1 and 16 MiB); against shared memory run in C only above
-    ``_GATHER_C_BYTES``; on registered buffers up to 1 MiB; from 4 MiB registered shared
-    memory moves less (2 ranks 16 MiB: 1,121 against 1,400 us; 4 ranks 3,120 against
-    5,192).  Measured by
-    ``hpccoll-tune calibrate``, docs/performance.md."""
-    return _native(c) and not (
-        c.registered and c.shm == "flat" and c.nbytes >= _GATHER_SHM_BYTES) and not (
-        _c_shm(c) and c.nbytes <= _GATHER_C_BYTES)
-
-
-_GATHER_SHM_BYTES = 2 << 20
-# Shared memory run in C, issued and waited for through core/_express.c, beats MPI's own
-# allgather up to here (the whole output; 2 ranks, against MPI's blocking call: 16 KiB
-# 0.82-0.88x, 64 KiB 0.83-0.87x, 256 KiB 0.95-0.96x, against 0.62-0.68x, 0.66-0.68x and
-# 0.84-0.85x through MPI's own nonblocking one; 4 ranks 0.85x / 1.07x / 1.20x against
-# 0.56x / 0.66x / 0.63x).  With the C executor's own copy loop it kept ahead at 512 KiB
-# (2 ranks, same buffers for all: 121-245 against 269-349 us through MPI's own), but not
-# at 1-2 MiB (1 MiB 394-397 against 259-271 us in two jobs of three, 154 against 181 in
-# the third; 4-8 MiB even): MPI's own, with its single-copy transfer, keeps 1 MiB and up.
-_GATHER_C_BYTES = 512 << 10
-
-
-def _cma(c: Choice) -> bool:
-    return c.cma and not c.registered
-
-
-def _cma_exchange(c: Choice) -> bool:
-    """alltoall: single copy (algorithms/cma.py) above where shared memory run in C keeps
-    it (``_c_exchange``).  Against MPI's own run for hpccoll, the same buffers for every
-    contender, medians (2 ranks, seven jobs: 1 MiB 136-157 against 137-206 us, 16 MiB
-    2.7-5.2 against 3.2-6.3 ms; 4 ranks: 1 MiB 671 against 751 us, 16 MiB 7.8 against
-    10.0 ms).  Staged shared memory copies twice: 1 MiB 148-276 us, 16 MiB 3.3-5.6 ms at
-    2 ranks (docs/performance.md, "Single copy between processes")."""
-    return _cma(c) and c.nbytes > _EXCHANGE_C_BYTES
-
-
-def _cma_allreduce(c: Choice) -> bool:
-    """allreduce at 2 ranks from above 4 MiB: each rank reads the peer's half (one copy),
-    reduces it with its own, and reads the peer's reduced half, where staged shared
-    memory copies in, reduces and copies out.  It is the steady one: 16 MiB 4.8-6.5 ms in
-    every job, staged 4.2-5.0 in three and 7.6-8.4 in six by the VM's phase, MPI's
-    blocking call 9.7-12.5; 4 MiB even; 1 MiB staged ahead (251-521 against 403-627 us).
-    At 4 ranks on 2 cores staged stays ahead (16 MiB 16.6 against 19.5 ms): there a
-    calibration may still pick it."""
-    return _cma(c) and c.ranks == 2 and c.nbytes > _CMA_REDUCE_BYTES
-
-
-def _calibrated_only(c: Choice) -> bool:
-    """allgather, broadcast, reduce_scatter: single copy was nowhere ahead of the built-in
-    choice in every job (2 ranks: allgather 1 MiB 290-346 against 207-232 us through MPI's
-    own; broadcast within 5% of MPI's own; reduce_scatter behind staged shared memory at
-    every size; 4 ranks alike): it runs where a calibration measured it faster."""
-    return False
-
-
-_CMA_REDUCE_BYTES = 4 << 20
-
-
-def _cma_gather(c: Choice) -> bool:
-    """gather: the root reads every peer's input straight into its output (one copy, one
-    flag round), above 1 MiB (the root's whole output).  Against MPI's own run for
-    hpccoll through the adapter, 2 ranks on a crowded 2-core machine (other jobs at load
-    8-10: single runs, noisy): 4 MiB 2.7 against 4.6 ms, 16 MiB 5.1 against 8.7, 2 MiB
-    1.3 against 2.5; 1 MiB 377 against 344 us, 512 KiB 353 against 519."""
-    return _cma(c) and c.nbytes > _CMA_GATHER_BYTES
-
-
-def _cma_scatter(c: Choice) -> bool:
-    """scatter: every rank reads its block straight from the root's input, above 256 KiB
-    (the root's whole input; same runs as ``_cma_gather``: 512 KiB 466 against 517 us,
-    1 MiB 92 against 116, 4 MiB 299 against 397, 16 MiB 1.24 against 2.13 ms; 128 KiB
-    410 against 325)."""
-    return _cma(c) and c.nbytes > _CMA_SCATTER_BYTES
-
-
-_CMA_GATHER_BYTES = 1 << 20
-_CMA_SCATTER_BYTES = 256 << 10
-
-
-def _shm_rooted(c: Choice) -> bool:
-    """gather, scatter: staged through node-shared slots, run in C, above 8 KiB (up to
-    where single copy takes over).  Against MPI's own run for hpccoll through the adapter
-    (2 ranks, load 3-4 from other jobs, one run): gather 16 KiB 59 against 78 us, 64 KiB
-    49 against 76, 256 KiB 55 against 84, 1 MiB 114 against 180; scatter 16 KiB 27
-    against 71, 64 KiB 38 against 82, 256 KiB 86 against 108; 1 KiB even (53 against
-    58, 19 against 21): MPI's own (persistent requests) keeps the tiny ones."""
-    return c.shm == "flat" and c.nbytes > _SHM_ROOTED_BYTES
-
-
-_SHM_ROOTED_BYTES = 8 << 10
-
-
-# What a candidate needs to run at all, whatever the size: the rows' predicates add the
-# sizes where each is the built-in choice.  A calibration's pick is used only where it
-# applies (another machine's table may name shared memory where there is none).
-APPLIES: dict[str, Callable] = {
-    "mpi": _native,
-    "cells": _cells,
-    "shm": lambda c: c.shm == "flat",
-    "hier": lambda c: c.shm == "hier",
-    "cma": _cma,
+# What a candidate needs to run at all, whatever its size (the rows add the sizes where
+# it is the built-in choice).  A calibration's pick is used only where it applies
+# (another machine's table may name shared memory where there is none).
+APPLIES: dict = {
+    "mpi": (_row(["mpi"]),),
+    "cells": CELLS,            # (a cell holds so much)
+    "shm": (_row(["flat"]),),
+    "hier": (_row(["hier"]),),
+    "cma": (_row(["cma"], ["registered"]),),
 }
 
-
-# Ordered by preference: MPI's own nonblocking collectives for tiny messages, shared memory
-# where it applies, latency-optimal algorithms for small messages, then the
-# bandwidth-optimal pipelined ones (which always apply).
-MPI = None    # the ``mpi`` rows: no step machine, the MPI library runs the collective
-CELLS = None  # the ``cells`` rows: no step machine, one handoff through node-shared cells
-TABLE: dict[str, list[tuple[str, Callable, Callable]]] = {
-    "allreduce": [("cells", _cells, CELLS), ("mpi", _tiny, MPI),
-                  ("cma", _cma_allreduce, cma.allreduce),
-                  ("shm", _shm, shm.allreduce),
-                  ("hier", _hier, shm.allreduce_hier), ("doubling", _small, doubling.allreduce),
-                  ("ring", _always, ring.allreduce)],
-    "reduce": [("cells", _cells, CELLS), ("mpi", _tiny, MPI),
-               ("shm", _shm_staged, shm.reduce),
-               ("binomial", _small, tree.reduce), ("ring", _always, ring.reduce)],
-    "broadcast": [("cells", _cells, CELLS), ("cma", _calibrated_only, cma.broadcast),
-                  ("mpi", _bcast, MPI), ("shm", _shm_staged, shm.broadcast),
-                  ("binomial", _small, tree.broadcast), ("chain", _always, tree.broadcast_chain)],
-    "allgather": [("cells", _cells, CELLS), ("cma", _calibrated_only, cma.allgather),
-                  ("mpi", _gather, MPI), ("shm", _shm, shm.allgather),
-                  ("bruck", _small, doubling.allgather), ("ring", _always, ring.allgather)],
-    "reduce_scatter": [("cells", _cells, CELLS), ("mpi", _tiny, MPI),
-                       ("cma", _calibrated_only, cma.reduce_scatter),
-                       ("shm", _shm, shm.reduce_scatter),
-                       ("ring", _always, ring.reduce_scatter)],
-    "alltoall": [("cells", _cells, CELLS), ("cma", _cma_exchange, cma.alltoall),
-                 ("mpi", _exchange, MPI), ("shm", _c_exchange, shm.alltoall),
-                 ("pairwise", _always, pairwise.alltoall)],
-    "barrier": [("cells", _cells, CELLS), ("mpi", _tiny, MPI),
-                ("dissemination", _always, doubling.barrier)],
+# The table: per collective, its candidates in order of preference, each with the rows
+# where it is the built-in choice (data: the first candidate one of whose rows holds
+# runs, unless a calibration picked another that applies) and its step machine.  Cells
+# and MPI's own for small messages, shared memory and single copy where they apply,
+# latency-optimal algorithms for small messages, then the bandwidth-optimal pipelined
+# ones (which always apply).
+NO_STEPS = None    # ``mpi`` (the MPI library runs it) and ``cells`` (engine/_native.c)
+TABLE: dict[str, list[tuple[str, tuple, Callable]]] = {
+    "allreduce": [("cells", CELLS, NO_STEPS), ("mpi", TINY, NO_STEPS),
+                  ("cma", CMA_ALLREDUCE, cma.allreduce), ("shm", SHM, shm.allreduce),
+                  ("hier", HIER, shm.allreduce_hier), ("doubling", SMALL, doubling.allreduce),
+                  ("ring", ALWAYS, ring.allreduce)],
+    "reduce": [("cells", CELLS, NO_STEPS), ("mpi", TINY, NO_STEPS),
+               ("shm", SHM_STAGED, shm.reduce),
+               ("binomial", SMALL, tree.reduce), ("ring", ALWAYS, ring.reduce)],
+    "broadcast": [("cells", CELLS, NO_STEPS), ("cma", PICKED, cma.broadcast),
+                  ("mpi", BCAST, NO_STEPS), ("shm", SHM_STAGED, shm.broadcast),
+                  ("binomial", SMALL, tree.broadcast), ("chain", ALWAYS, tree.broadcast_chain)],
+    "allgather": [("cells", CELLS, NO_STEPS), ("cma", PICKED, cma.allgather),
+                  ("mpi", GATHER, NO_STEPS), ("shm", SHM, shm.allgather),
+                  ("bruck", SMALL, doubling.allgather), ("ring", ALWAYS, ring.allgather)],
+    "reduce_scatter": [("cells", CELLS, NO_STEPS), ("mpi", TINY, NO_STEPS),
+                       ("cma", PICKED, cma.reduce_scatter),
+                       ("shm", SHM, shm.reduce_scatter),
+                       ("ring", ALWAYS, ring.reduce_scatter)],
+    "alltoall": [("cells", CELLS, NO_STEPS), ("cma", CMA_EXCHANGE, cma.alltoall),
+                 ("mpi", EXCHANGE, NO_STEPS), ("shm", C_EXCHANGE, shm.alltoall),
+                 ("pairwise", ALWAYS, pairwise.alltoall)],
+    "barrier": [("cells", CELLS, NO_STEPS), ("mpi", TINY, NO_STEPS),
+                ("dissemination", ALWAYS, doubling.barrier)],
     # variable counts (the mpi4py adapter's Allgatherv, Reduce_scatter, Alltoallv)
-    "allgatherv": [("ring", _always, ring.allgatherv)],
-    "reduce_scatterv": [("ring", _always, ring.reduce_scatterv)],
-    "alltoallv": [("pairwise", _always, pairwise.alltoallv)],
+    "allgatherv": [("ring", ALWAYS, ring.allgatherv)],
+    "reduce_scatterv": [("ring", ALWAYS, ring.reduce_scatterv)],
+    "alltoallv": [("pairwise", ALWAYS, pairwise.alltoallv)],
     # rooted and prefix collectives: single copy for large gathers and scatters on one
     # node, else MPI's own wherever it can run them (they move each block once, as
     # hpccoll's would, with less Python per call); hpccoll's own for the rest (float16,
     # bfloat16, keyed calls, ops MPI lacks)
-    "gather": [("cells", _cells, CELLS),
-               ("cma", _cma_gather, cma.gather), ("shm", _shm_rooted, shm.gather),
-               ("mpi", _native, MPI),
-               ("binomial", _small, tree.gather), ("linear", _always, linear.gather)],
-    "scatter": [("cells", _cells, CELLS),
-                ("cma", _cma_scatter, cma.scatter), ("shm", _shm_rooted, shm.scatter),
-                ("mpi", _native, MPI),
-                ("binomial", _small, tree.scatter), ("linear", _always, linear.scatter)],
-    "scan": [("mpi", _native, MPI), ("doubling", _small, prefix.scan_doubling),
-             ("chain", _always, prefix.scan_chain)],
-    "exscan": [("mpi", _native, MPI), ("doubling", _small, prefix.exscan_doubling),
-               ("chain", _always, prefix.exscan_chain)],
-    "gatherv": [("linear", _always, linear.gatherv)],
-    "scatterv": [("linear", _always, linear.scatterv)],
+    "gather": [("cells", CELLS, NO_STEPS),
+               ("cma", CMA_GATHER, cma.gather), ("shm", SHM_ROOTED, shm.gather),
+               ("mpi", NATIVE, NO_STEPS),
+               ("binomial", SMALL, tree.gather), ("linear", ALWAYS, linear.gather)],
+    "scatter": [("cells", CELLS, NO_STEPS),
+                ("cma", CMA_SCATTER, cma.scatter), ("shm", SHM_ROOTED, shm.scatter),
+                ("mpi", NATIVE, NO_STEPS),
+                ("binomial", SMALL, tree.scatter), ("linear", ALWAYS, linear.scatter)],
+    "scan": [("mpi", NATIVE, NO_STEPS), ("doubling", SMALL, prefix.scan_doubling),
+             ("chain", ALWAYS, prefix.scan_chain)],
+    "exscan": [("mpi", NATIVE, NO_STEPS), ("doubling", SMALL, prefix.exscan_doubling),
+               ("chain", ALWAYS, prefix.exscan_chain)],
+    "gatherv": [("linear", ALWAYS, linear.gatherv)],
+    "scatterv": [("linear", ALWAYS, linear.scatterv)],
 }
 # every algorithm has its number in the mismatch fingerprint (ranks must agree on it)
 _UNNUMBERED = {name for rows in TABLE.values() for name, _, _ in rows} - set(ALGO_CODES)
@@ -336,7 +289,7 @@ def message_bytes(coll: str, count: int, size: int, itemsize: int) -> int:
 
 def select(coll: str, choice) -> str:
     """The calibration's pick where it applies, else the first candidate of ``coll``
-    whose predicate holds; ``choice`` is a Choice (or a message size in bytes, for the
+    one of whose rows holds; ``choice`` is a Choice (or a message size in bytes, for the
     MPI-only algorithms)."""
     if not isinstance(choice, Choice):
         choice = Choice(int(choice))
@@ -348,7 +301,10 @@ def applies(coll: str, name: str, choice: Choice) -> bool:
     if (coll, name) not in _BY_NAME or name == "direct":
         return False
     need = APPLIES.get(name)
-    return need is None or need(choice)
+    if need is None:
+        return True
+    have = capabilities(choice)
+    return any(r._replace(picked=False).holds(choice, have) for r in need)
 
 
 def candidates(coll: str, choice: Choice) -> list:
@@ -360,9 +316,11 @@ def candidates(coll: str, choice: Choice) -> list:
 def _select(coll: str, choice: Choice) -> str:
     if choice.prefer and applies(coll, choice.prefer, choice):
         return choice.prefer
-    for name, pred, _ in TABLE[coll]:
-        if pred(choice):
-            return name
+    have = capabilities(choice)
+    for name, rows, _ in TABLE[coll]:
+        for row in rows:
+            if row.holds(choice, have):
+                return name
     raise AssertionError(f"no algorithm for {coll}")  # the last row of each list always matches
 
 
@@ -381,7 +339,7 @@ CELLS_PROGRAM = Program("cells", (), 0, 1, 0)
 @lru_cache(maxsize=512)
 def build(spec: Spec, algo: str) -> Program:
     fn = _BY_NAME[(spec.coll, algo)]
-    if fn is None:
+    if fn is NO_STEPS:
         return CELLS_PROGRAM if algo == "cells" else MPI_PROGRAM
     if spec.avg and algo not in _AVG_NATIVE:
         steps = tuple(fn(spec._replace(avg=False)))
@@ -394,7 +352,7 @@ def build(spec: Spec, algo: str) -> Program:
                    sum(isinstance(p, (Wait, WaitFlags)) for p in steps), epochs)
 
 
-__all__ = ["ALGO_CODES", "APPLIES", "CELLS_PROGRAM", "COLLECTIVES", "Choice", "MPI_PROGRAM",
+__all__ = ["ALGO_CODES", "APPLIES", "Row", "capabilities", "CELLS_PROGRAM", "COLLECTIVES", "Choice", "MPI_PROGRAM",
            "Program", "ROWS_WITHOUT_STEPS", "SHM_ALGOS", "STAGED", "Spec", "TABLE", "applies",
            "build", "candidates", "input_extent",
            "message_bytes", "select"]

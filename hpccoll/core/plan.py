@@ -7,8 +7,8 @@ block count, host or device, variable-count layout and, for registered buffers, 
 allocation and offsets.  Its plan holds:
 
 - the algorithm: the calibration's pick for this size where it can run, else the first
-  row of ``algorithms.TABLE`` whose predicate holds.  MPI's own nonblocking collective is
-  one of those rows (``mpi``), not a separate path;
+  candidate of ``algorithms.TABLE`` one of whose rows holds.  MPI's own nonblocking
+  collective is one of those candidates (``mpi``), not a separate path, and so are cells;
 - for the ``mpi`` row its recipe (transport/mpi.py), naming the persistent requests tiny
   messages take (MPI-4 ``*_init``, where MPI has them); for the others the program (the
   step machine, materialized) and its instructions (engine/code.py), with the
