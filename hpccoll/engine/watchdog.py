@@ -143,10 +143,12 @@ def find_cycle(snaps: dict) -> Optional[list]:
             for peer in t["waiting_on"]:
                 if peer != rank:
                     edges.setdefault(rank, []).append((peer, t))
-    # follow, first, peers that do not run the collective themselves: they are the ones
-    # holding it up (an MPI collective waits on every member, most of whom are fine)
+    # follow, first, peers that answered and do not run the collective themselves: they
+    # are the ones holding it up (an MPI collective waits on every member, most of whom
+    # are fine; a rank that did not answer, starved of CPU on a crowded node, says nothing)
     for rank, out in edges.items():
-        out.sort(key=lambda pt: _state_of(snaps, pt[0], pt[1]["ident"]).endswith("too"))
+        out.sort(key=lambda pt: (pt[0] not in snaps,
+                                 _state_of(snaps, pt[0], pt[1]["ident"]).endswith("too")))
     for start in sorted(edges):
         path, seen = [], {}
         node = start
@@ -186,10 +188,14 @@ def diagnose(snaps: dict) -> str:
                 "order on every rank.")
     missing = []
     for ident, row in sorted(collective_table(snaps).items()):
-        absent = [m for m in row["members"] if m not in row["where"]]
+        # (a rank that did not answer may well have it pending: not counted as absent)
+        absent = [m for m in row["members"] if m not in row["where"] and m in snaps]
+        silent = [m for m in row["members"] if m not in snaps]
         if absent:
             missing.append(f"{ident} is pending on rank(s) {', '.join(map(str, sorted(row['where'])))}"
-                           f" but not on rank(s) {', '.join(map(str, absent))}")
+                           f" but not on rank(s) {', '.join(map(str, absent))}"
+                           + (f" (rank(s) {', '.join(map(str, silent))} did not answer)"
+                              if silent else ""))
     if missing:
         return ("ranks never arrived: " + "; ".join(missing) + ". A rank skipped a collective, "
                 "issued a different one, or is busy elsewhere.")
