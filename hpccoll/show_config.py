@@ -73,7 +73,9 @@ def algorithm_choice(settings: Settings) -> list:
             picks = [algorithms.select(coll, algorithms.Choice(
                 n, settings.small_msg_bytes, "flat" if settings.shm else "",
                 settings.shm_min_bytes, reg, settings.mpi_coll_bytes, True, "",
-                c_bytes if coll in algorithms.C_SHM_COLLECTIVES else 0, single, 2))
+                c_bytes if coll in algorithms.C_SHM_COLLECTIVES else 0, single, 2,
+                # cells where C runs them (float32 sum: a reduction they have)
+                settings.cell_bytes if in_c else 0))
                 # (staged collectives never look at where their buffers live)
                 for reg in ((False,) if coll in algorithms.STAGED else (False, True))]
             cells.append(picks[0] if picks[0] == picks[-1] else f"{picks[0]}({picks[1]})")

@@ -43,3 +43,17 @@ def test_a_calibration_pick_overrides_the_table_where_it_can_run():
     assert all(name != "cma" or all(r.picked for r in regions)
                for name, regions, _ in TABLE["broadcast"])
     assert "cma" in algorithms.candidates("broadcast", Choice(1 << 20, shm="flat", cma=True))
+
+
+def test_the_config_printout_shows_what_runs(monkeypatch):
+    """`python -m hpccoll config` prints the built-in table as it runs here: cells for
+    tiny messages where C runs them, MPI's own where it does not."""
+    from hpccoll.config import resolve
+    from hpccoll.engine import code
+    from hpccoll.show_config import algorithm_choice
+    monkeypatch.setenv("HPCCOLL_CALIBRATION", "off")
+    row = next(line for line in algorithm_choice(resolve()) if line.split()[:1] == ["allreduce"])
+    assert row.split()[1] == ("cells" if code._native is not None else "mpi"), row
+    monkeypatch.setenv("HPCCOLL_CELL_BYTES", "0")
+    row = next(line for line in algorithm_choice(resolve()) if line.split()[:1] == ["allreduce"])
+    assert row.split()[1] == "mpi", row
