@@ -9,4 +9,4 @@ cdef class Plan:
     cdef public object coll, dtype, count, op, root, inplace, algo, program, spec, nbytes
     cdef public object fp, fp_hash, recipe, registered, backend, blocks, ops, rt, detour
     cdef public object code, native, pset, cells
-    cdef public bint early, shared, device, inline, reg_matters
+    cdef public bint shared, device, inline, reg_matters

@@ -271,6 +271,4 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
         else:
             plan.code = _code.built(plan.program, dt, call.op, host)
     plan.blocks = blocks
-    # MPI runs it: no execution slot, so it may start at once on the calling thread
-    plan.early = plan.recipe is not None or plan.cells is not None
     return plan

@@ -360,6 +360,21 @@ static inline int from_root(const int64_t *L) {
     return L[CF_KIND] == CK_BROADCAST || L[CF_KIND] == CK_SCATTER;
 }
 
+/* The layout and sequence number of a cell call (its first two arguments), or NULL with
+ * the error set. */
+static const int64_t *cell_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
+                                const char *usage, int64_t *seq) {
+    if (nargs != want) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    const int64_t *L = cell_layout(args[0]);
+    if (L == NULL)
+        return NULL;
+    *seq = PyLong_AsLongLong(args[1]);
+    return *seq == -1 && PyErr_Occurred() ? NULL : L;
+}
+
 static inline int cell_writes(const int64_t *L) {
     return !from_root(L) || L[CF_RANK] == L[CF_ROOT];
 }
@@ -370,6 +385,12 @@ static inline int cell_reads(const int64_t *L) {
     case CK_BROADCAST: return L[CF_RANK] != L[CF_ROOT];
     default: return 1;
     }
+}
+
+/* The ranks whose cells this rank reads: [*q0, *q1) */
+static inline void cell_span(const int64_t *L, int64_t *q0, int64_t *q1) {
+    *q0 = from_root(L) ? L[CF_ROOT] : 0;
+    *q1 = from_root(L) ? *q0 + 1 : L[CF_N];
 }
 
 static inline char *cell_at(const int64_t *L, int64_t q, int64_t seq) {
@@ -390,13 +411,9 @@ static inline int64_t *seen_at(const int64_t *L) {
 /* cell_post(layout, seq, send) -> bool: this rank's part published (False: the ring is
  * full, a peer has not read the cell yet; try again) */
 static PyObject *cell_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "cell_post(layout, seq, send)");
-        return NULL;
-    }
-    const int64_t *L = cell_layout(args[0]);
-    int64_t seq = PyLong_AsLongLong(args[1]);
-    if (L == NULL || (seq == -1 && PyErr_Occurred()))
+    int64_t seq;
+    const int64_t *L = cell_args(args, nargs, 3, "cell_post(layout, seq, send)", &seq);
+    if (L == NULL)
         return NULL;
     if (!cell_writes(L))
         Py_RETURN_TRUE;
@@ -448,21 +465,17 @@ static void cell_fold(const int64_t *L, int64_t seq, char *d, int64_t off) {
 /* cell_done(layout, seq, recv) -> bool: the collective completed on this rank (False: a
  * cell it reads does not hold seq yet, or an earlier one has not completed here) */
 static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "cell_done(layout, seq, recv)");
-        return NULL;
-    }
-    const int64_t *L = cell_layout(args[0]);
-    int64_t seq = PyLong_AsLongLong(args[1]);
-    if (L == NULL || (seq == -1 && PyErr_Occurred()))
+    int64_t seq;
+    const int64_t *L = cell_args(args, nargs, 3, "cell_done(layout, seq, recv)", &seq);
+    if (L == NULL)
         return NULL;
     int64_t n = L[CF_N], p = L[CF_RANK];
     int64_t *mine = done_at(L, p);
     if (*mine != seq - 1)      /* (only this rank writes it) */
         Py_RETURN_FALSE;
     if (cell_reads(L)) {
-        int64_t kind = L[CF_KIND];
-        int64_t q0 = from_root(L) ? L[CF_ROOT] : 0, q1 = from_root(L) ? q0 + 1 : n;
+        int64_t kind = L[CF_KIND], q0, q1;
+        cell_span(L, &q0, &q1);
         for (int64_t q = q0; q < q1; q++)
             if (__atomic_load_n((int64_t *)cell_at(L, q, seq), __ATOMIC_ACQUIRE) != seq)
                 Py_RETURN_FALSE;
@@ -512,21 +525,15 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
 /* cell_waits(layout, seq) -> list: the ranks whose cell this rank still waits for (a
  * report's pending peers) */
 static PyObject *cell_waits(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "cell_waits(layout, seq)");
-        return NULL;
-    }
-    const int64_t *L = cell_layout(args[0]);
-    int64_t seq = PyLong_AsLongLong(args[1]);
-    if (L == NULL || (seq == -1 && PyErr_Occurred()))
+    int64_t seq, q0, q1;
+    const int64_t *L = cell_args(args, nargs, 2, "cell_waits(layout, seq)", &seq);
+    if (L == NULL)
         return NULL;
     PyObject *out = PyList_New(0);
     if (out == NULL || !cell_reads(L))
         return out;
-    int64_t kind = L[CF_KIND], n = L[CF_N];
-    for (int64_t q = 0; q < n; q++) {
-        if (from_root(L) && q != L[CF_ROOT])
-            continue;
+    cell_span(L, &q0, &q1);
+    for (int64_t q = q0; q < q1; q++) {
         if (__atomic_load_n((int64_t *)cell_at(L, q, seq), __ATOMIC_ACQUIRE) != seq) {
             PyObject *v = PyLong_FromLongLong(q);
             if (v == NULL || PyList_Append(out, v) < 0) {

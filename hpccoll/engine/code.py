@@ -253,8 +253,9 @@ def _fn(dtype: np.dtype, op: str) -> int:
 def cells_layout(area, coll: str, root: int, count: int, dtype: np.dtype,
                  op: Optional[str]) -> Optional[bytes]:
     """The layout of a cell collective for _native.cell_post and cell_done (CELL_FIELDS,
-    then every rank's ring of cells and DONE word, then this rank's SEEN word), or None where cells cannot run it: no
-    C module, a reduction it lacks, or more input than a cell holds.  ``count``: elements
+    then every rank's ring of cells and DONE word, then this rank's SEEN word), or None
+    where cells cannot run it: no C module, a reduction it lacks, or more input than a
+    cell holds.  ``count``: elements
     per rank's block (the collective's count)."""
     if _native is None or coll not in CELL_KINDS or area is None or not area.cell_bytes:
         return None

@@ -6,14 +6,18 @@ cdef class Lane:
     pass
 
 
+cdef class OneWait(Lane):
+    pass
+
+
 @cython.freelist(32)
-cdef class MpiLane(Lane):
+cdef class MpiLane(OneWait):
     cdef public object recipe, send, recv, req, slot
     cdef public bint done, tested
 
 
 @cython.freelist(32)
-cdef class CellLane(Lane):
+cdef class CellLane(OneWait):
     cdef public object layout, seq, send, recv
     cdef public bint done, posted
 

@@ -101,7 +101,20 @@ class Lane:
         """The collective is over: drop the caller's arrays, return scratch space."""
 
 
-class MpiLane(Lane):
+class OneWait(Lane):
+    """A lane whose collective is one wait, its whole result in ``recv`` once ``done``
+    (MPI's own collective, cells, the device detour): what reports and counters read."""
+
+    @property
+    def waits_done(self) -> int:
+        return 1 if self.done else 0
+
+    @property
+    def bytes_moved(self) -> int:
+        return self.recv.nbytes if self.done and self.recv is not None else 0
+
+
+class MpiLane(OneWait):
     """One MPI collective: ``recipe`` (transport/mpi.py's Recipe) says which, with which
     op, root and divisor, and whether persistent request ``slot`` runs it."""
     needs_slot = False
@@ -139,14 +152,6 @@ class MpiLane(Lane):
         self.done = True
         return True
 
-    @property
-    def waits_done(self) -> int:
-        return 1 if self.done else 0
-
-    @property
-    def bytes_moved(self) -> int:
-        return self.recv.nbytes if self.done and self.recv is not None else 0
-
     def pending_peers(self):
         return ({-1} if not self.done else set()), set()
 
@@ -167,7 +172,7 @@ def mpi_lane(recipe, send, recv, slot=None):
     return mpi_setup(MpiLane.__new__(MpiLane), recipe, send, recv, slot)
 
 
-class CellLane(Lane):
+class CellLane(OneWait):
     """One cell collective (the ``cells`` row): cell ``seq`` of the communicator's ring in
     node-shared memory, run by engine/_native.c (``cell_post`` publishes this rank's input,
     ``cell_done`` completes it from the peers' cells: its docstring has the protocol).
@@ -201,14 +206,6 @@ class CellLane(Lane):
     def run(self) -> bool:
         return self.done or self.finish()
 
-    @property
-    def waits_done(self) -> int:
-        return 1 if self.done else 0
-
-    @property
-    def bytes_moved(self) -> int:
-        return self.recv.nbytes if self.done and self.recv is not None else 0
-
     def pending_peers(self):
         if self.done:
             return set(), set()
@@ -230,7 +227,7 @@ def cell_lane(layout, seq, send, recv):
     return cell_setup(CellLane.__new__(CellLane), layout, seq, send, recv)
 
 
-class DetourLane(Lane):
+class DetourLane(OneWait):
     """A small collective over device arrays, run by the host path: one copy of the input
     to a pinned host buffer on hpccoll's stream, MPI's own nonblocking collective on the
     host buffers once that copy's event completed, one copy of the result back.  Every
@@ -316,14 +313,6 @@ class DetourLane(Lane):
         for raw in self.held:
             staging.STAGING.put(raw)
         self.held = []
-
-    @property
-    def waits_done(self) -> int:
-        return 1 if self.done else 0
-
-    @property
-    def bytes_moved(self) -> int:
-        return self.recv.nbytes if self.done and self.recv is not None else 0
 
     def pending_peers(self):
         return ({-1} if self.mpi_posted and not self.done else set()), set()
