@@ -421,13 +421,19 @@ def _own_block(sendbuf, r, counts, displs, rank: int, inplace: bool):
     if inplace:
         return r[displs[rank]:displs[rank] + counts[rank]]
     s = _host_only(sendbuf, "sendbuf")
-    if s.dtype != r.dtype:
-        raise ArgumentError(f"sendbuf: dtype {s.dtype} differs from recvbuf's {r.dtype}")
-    if s.size != counts[rank]:
-        raise ArgumentError(f"sendbuf: expected counts[{rank}] = {counts[rank]} elements, "
-                            f"got {s.size}")
+    _one_block("sendbuf", s, "recvbuf", r, counts, rank)
     _distinct(r, s)
     return s
+
+
+def _one_block(name: str, x, other_name: str, other, counts, rank: int) -> None:
+    """``x`` (argument ``name``) is this rank's block of the vector in ``other``: the same
+    dtype, counts[rank] elements."""
+    if x.dtype != other.dtype:
+        raise ArgumentError(f"{name}: dtype {x.dtype} differs from {other_name}'s {other.dtype}")
+    if x.size != counts[rank]:
+        raise ArgumentError(f"{name}: expected counts[{rank}] = {counts[rank]} elements, "
+                            f"got {x.size}")
 
 
 def allgatherv(comm, sendbuf, recvbuf, counts, displs, inplace: bool) -> Call:
@@ -612,11 +618,7 @@ def scatterv(comm, sendbuf, recvbuf, counts, displs, root, inplace: bool) -> Cal
         r = s[displs[rank]:displs[rank] + counts[rank]]
     else:
         r = _host_only(recvbuf, "recvbuf", writable=True)
-        if s.dtype != r.dtype:
-            raise ArgumentError(f"recvbuf: dtype {r.dtype} differs from sendbuf's {s.dtype}")
-        if r.size != counts[rank]:
-            raise ArgumentError(f"recvbuf: expected counts[{rank}] = {counts[rank]} elements, "
-                                f"got {r.size}")
+        _one_block("recvbuf", r, "sendbuf", s, counts, rank)
         _distinct(r, s)
     return Call("scatterv", s, r, counts[rank], None, root, inplace, recvbuf,
                 layout=(("scounts", counts), ("sdispls", displs)), fp_count=ROOTED_V_FP)

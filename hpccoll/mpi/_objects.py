@@ -110,10 +110,14 @@ class ObjectCalls:
         return table.value(0, codec.own_copy(enc) if mine else parts)
 
     def gather(self, sendobj, root: int = 0):
+        return self._at_root("gather", GATHER, sendobj, root)
+
+    def _at_root(self, name: str, method: int, sendobj, root):
+        """Every rank's object at ``root`` (a list there; None elsewhere)."""
         hc = self._open()
         root = _root(root, hc.size)
-        self._stats["gather"]["native"] += 1
-        table, got = self._to_some(hc, sendobj, GATHER, root, lambda i, j: j == root)
+        self._stats[name]["native"] += 1
+        table, got = self._to_some(hc, sendobj, method, root, lambda i, j: j == root)
         if hc.rank != root:
             return None
         return _values(table, got, hc.size)
@@ -192,13 +196,8 @@ class ObjectCalls:
                             if table.own(i) else ()) for i in range(n)]
 
     def reduce(self, sendobj, op=MPI.SUM, root: int = 0):
-        hc = self._open()
-        root = _root(root, hc.size)
-        self._stats["reduce"]["native"] += 1
-        table, got = self._to_some(hc, sendobj, REDUCE, root, lambda i, j: j == root)
-        if hc.rank != root:
-            return None
-        return _reduce(_values(table, got, hc.size), op)
+        values = self._at_root("reduce", REDUCE, sendobj, root)
+        return None if values is None else _reduce(values, op)
 
     def allreduce(self, sendobj, op=MPI.SUM):
         hc = self._open()
