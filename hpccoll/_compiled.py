@@ -33,6 +33,8 @@ MODULES = (
     "hpccoll.mpi._calls",
     "hpccoll.mpi._buffers",
     "hpccoll.mpi._comm",
+    "hpccoll.mpi._codec",
+    "hpccoll.mpi._objects",
 )
 
 ENV = "HPCCOLL_COMPILED"

@@ -78,9 +78,15 @@ _S_BYTES = _struct(f"<3q{INLINE_BYTES}s")
 _DOUBLE = _struct("<d")
 
 
+_FLOATS: dict = {}
+
+
 def floats(n: int) -> struct.Struct:
     """Reads word 3 of n headers as floats."""
-    return _struct("<" + f"24xd{INLINE_BYTES - 8}x" * n)
+    s = _FLOATS.get(n)
+    if s is None:
+        s = _FLOATS[n] = _struct("<" + f"24xd{INLINE_BYTES - 8}x" * n)
+    return s
 
 
 def meta(method: int, root: int) -> int:
@@ -98,72 +104,82 @@ class Encoded:
         self.header, self.parts, self.error = header, parts, error
 
 
-def _header(fmt_struct, *words) -> np.ndarray:
-    return np.frombuffer(fmt_struct.pack(*words), np.int64)
+def _header(out, fmt_struct, *words) -> np.ndarray:
+    """``out`` (int64[WORDS]) filled with ``words`` as ``fmt_struct`` lays them out (every
+    format here pads to the whole header: no byte of an earlier object stays)."""
+    fmt_struct.pack_into(out, 0, *words)
+    return out
 
 
 _S_LEADING = [_struct(f"<{3 + k}q{8 * (INLINE - k)}x") for k in range(INLINE + 1)]
 
 
-def _ints(w0, m, length, *rest) -> np.ndarray:
-    """A header of int words: these, then zeros."""
-    return np.frombuffer(_S_LEADING[len(rest)].pack(w0, m, length, *rest), np.int64)
+def _ints(out, w0, m, length, *rest) -> np.ndarray:
+    """``out`` filled with these int words, then zeros."""
+    _S_LEADING[len(rest)].pack_into(out, 0, w0, m, length, *rest)
+    return out
 
 
-def failed(m: int, exc: BaseException) -> Encoded:
-    return Encoded(_ints(FAILED, m | _FAILED_CALL, 0), (), exc)
+def new_header() -> np.ndarray:
+    return np.empty(WORDS, np.int64)
+
+
+def failed(m: int, exc: BaseException, out=None) -> Encoded:
+    return Encoded(_ints(new_header() if out is None else out, FAILED, m | _FAILED_CALL, 0),
+                   (), exc)
 
 
 # -- encoding -------------------------------------------------------------------------------
 
-def _none(obj, m):
-    return Encoded(_ints(NONE, m, 0))
+def _none(obj, m, out):
+    return Encoded(_ints(out, NONE, m, 0))
 
 
-def _bool(obj, m):
-    return Encoded(_ints(BOOL, m, 0, int(obj)))
+def _bool(obj, m, out):
+    return Encoded(_ints(out, BOOL, m, 0, int(obj)))
 
 
-def _int(obj, m):
+def _int(obj, m, out):
     if not _I64[0] <= obj < _I64[1]:
         return None              # a Python int beyond int64: pickled
-    return Encoded(_ints(INT, m, 0, obj))
+    return Encoded(_ints(out, INT, m, 0, obj))
 
 
-def _float(obj, m):
-    return Encoded(_header(_S_FLOAT, FLOAT, m, 0, obj))
+def _float(obj, m, out):
+    return Encoded(_header(out, _S_FLOAT, FLOAT, m, 0, obj))
 
 
-def _complex(obj, m):
-    return Encoded(_header(_S_COMPLEX, COMPLEX, m, 0, obj.real, obj.imag))
+def _complex(obj, m, out):
+    return Encoded(_header(out, _S_COMPLEX, COMPLEX, m, 0, obj.real, obj.imag))
 
 
-def _str(obj, m):
+def _str(obj, m, out):
     try:
         data = obj.encode()
     except UnicodeEncodeError:   # lone surrogates: pickle keeps them
         return None
     if len(data) > INLINE_BYTES:
         return None
-    return Encoded(_header(_S_BYTES, STR | (len(data) << _AUX_SHIFT), m, 0, data))
+    return Encoded(_header(out, _S_BYTES, STR | (len(data) << _AUX_SHIFT), m, 0, data))
 
 
-def _bytes(obj, m):
+def _bytes(obj, m, out):
     if len(obj) > INLINE_BYTES:
         return None
-    return Encoded(_header(_S_BYTES, RAW | (len(obj) << _AUX_SHIFT), m, 0, obj))
+    return Encoded(_header(out, _S_BYTES, RAW | (len(obj) << _AUX_SHIFT), m, 0, obj))
 
 
-def _npscalar(obj, m):
+def _npscalar(obj, m, out):
     code = _SCALAR_TYPES[obj.__class__]
-    return Encoded(_header(_S_BYTES, NPSCALAR | (code << _AUX_SHIFT), m, 0, obj.tobytes()))
+    return Encoded(_header(out, _S_BYTES, NPSCALAR | (code << _AUX_SHIFT), m, 0,
+                           obj.tobytes()))
 
 
 # element codes of a small tuple or list: 2 bits each, after 4 bits of length
 _E_INT, _E_FLOAT, _E_BOOL, _E_NONE = range(4)
 
 
-def _sequence(obj, m, kind):
+def _sequence(obj, m, out, kind):
     n = len(obj)
     if n > MAX_ITEMS:
         return None
@@ -171,7 +187,7 @@ def _sequence(obj, m, kind):
         if v.__class__ is not int or not _I64[0] <= v < _I64[1]:
             break
     else:
-        return Encoded(_ints(kind | (n << _AUX_SHIFT), m, 0, *obj))
+        return Encoded(_ints(out, kind | (n << _AUX_SHIFT), m, 0, *obj))
     aux, words, fmt = n, [], "<3q"
     for j, v in enumerate(obj):
         t = v.__class__
@@ -190,18 +206,18 @@ def _sequence(obj, m, kind):
         aux |= code << (4 + 2 * j)
         words.append(v)
     fmt += f"{8 * (INLINE - n)}x"
-    return Encoded(_header(_struct(fmt), kind | (aux << _AUX_SHIFT), m, 0, *words))
+    return Encoded(_header(out, _struct(fmt), kind | (aux << _AUX_SHIFT), m, 0, *words))
 
 
-def _tuple(obj, m):
-    return _sequence(obj, m, TUPLE)
+def _tuple(obj, m, out):
+    return _sequence(obj, m, out, TUPLE)
 
 
-def _list(obj, m):
-    return _sequence(obj, m, LIST)
+def _list(obj, m, out):
+    return _sequence(obj, m, out, LIST)
 
 
-def _array(obj, m):
+def _array(obj, m, out):
     dt = obj.dtype
     code = _DTYPE_CODE.get(dt)
     if code is None or dt.char != _DTYPES[code].char or obj.ndim > MAX_NDIM:
@@ -216,24 +232,27 @@ def _array(obj, m):
         flat = np.ascontiguousarray(obj).reshape(-1)
     data = flat.view(np.uint8)
     aux = code | (obj.ndim << 5) | (fortran << 8)
-    return Encoded(_ints(ARRAY | (aux << _AUX_SHIFT) | (1 << _ROUNDS_SHIFT), m, data.size,
+    return Encoded(_ints(out, ARRAY | (aux << _AUX_SHIFT) | (1 << _ROUNDS_SHIFT), m, data.size,
                          *obj.shape), (data,))
 
 
-def pickled(obj, m, out_of_band: bool = True) -> Encoded:
+def pickled(obj, m, out_of_band: bool = True, out=None) -> Encoded:
     """``obj`` through mpi4py's pickler: a stream that fits in the header, or part 0 the
     stream, then its out-of-band buffers (all in band with ``out_of_band`` False)."""
+    if out is None:
+        out = new_header()
     if out_of_band:
         stream, buffers = MPI.pickle.dumps_oob(obj)
     else:
         stream, buffers = MPI.pickle.dumps(obj), ()
     if not buffers and len(stream) <= INLINE_BYTES:
-        return Encoded(_header(_S_BYTES, SMALL_PICKLE | (len(stream) << _AUX_SHIFT), m, 0,
+        return Encoded(_header(out, _S_BYTES, SMALL_PICKLE | (len(stream) << _AUX_SHIFT), m, 0,
                                stream))
     parts = [np.frombuffer(stream, np.uint8)]
     parts += [np.frombuffer(b, np.uint8) for b in buffers]
     w0 = PICKLED | (len(buffers) << _AUX_SHIFT) | (len(parts) << _ROUNDS_SHIFT)
-    return Encoded(_ints(w0, m, parts[0].size, *[p.size for p in parts[1:1 + INLINE]]), parts)
+    return Encoded(_ints(out, w0, m, parts[0].size, *[p.size for p in parts[1:1 + INLINE]]),
+                   parts)
 
 
 _ENCODERS = {type(None): _none, bool: _bool, int: _int, float: _float, complex: _complex,
@@ -241,25 +260,30 @@ _ENCODERS = {type(None): _none, bool: _bool, int: _int, float: _float, complex: 
 _ENCODERS.update((t, _npscalar) for t in _SCALAR_TYPES)
 
 
-def encode(obj, m: int, out_of_band: bool = True) -> Encoded:
-    """The header and parts of ``obj`` (``m``: ``meta(method, root)``).  An object that
-    cannot be pickled gives a FAILED header and the error, for the caller to raise
-    after the header exchange (so that no rank is left waiting in it)."""
+def encode(obj, m: int, out_of_band: bool = True, out=None) -> Encoded:
+    """The header and parts of ``obj`` (``m``: ``meta(method, root)``), the header
+    written into ``out`` (int64[WORDS]; a new array if None).  An object that cannot be
+    pickled gives a FAILED header and the error, for the caller to raise after the header
+    exchange (so that no rank is left waiting in it)."""
+    if out is None:
+        out = new_header()
     cls = obj.__class__
     # the common cases of real libraries (allreduce of a number), written out
     if cls is float:
-        return Encoded(np.frombuffer(_S_FLOAT.pack(FLOAT, m, 0, obj), np.int64))
+        _S_FLOAT.pack_into(out, 0, FLOAT, m, 0, obj)
+        return Encoded(out)
     if cls is int and -0x8000000000000000 <= obj <= 0x7FFFFFFFFFFFFFFF:
-        return Encoded(np.frombuffer(_S_LEADING[1].pack(INT, m, 0, obj), np.int64))
+        _S_LEADING[1].pack_into(out, 0, INT, m, 0, obj)
+        return Encoded(out)
     try:
         enc = _ENCODERS.get(cls)
         if enc is not None:
-            done = enc(obj, m)
+            done = enc(obj, m, out)
             if done is not None:
                 return done
-        return pickled(obj, m, out_of_band)
+        return pickled(obj, m, out_of_band, out)
     except Exception as exc:
-        return failed(m, exc)
+        return failed(m, exc, out)
 
 
 def encode_each(objs, n: int, m: int):
@@ -280,11 +304,12 @@ def encode_each(objs, n: int, m: int):
     for i, obj in enumerate(items):
         enc = seen.get(id(obj))
         if enc is None:
-            enc = seen[id(obj)] = encode(obj, m, out_of_band=False)
+            enc = seen[id(obj)] = encode(obj, m, False, table[i])
             if enc.error is not None:
-                table[:] = enc.header
+                table[:] = enc.header.copy()
                 return table, [()] * n, enc.error
-        table[i] = enc.header
+        else:
+            table[i] = enc.header
         parts.append(enc.parts)
     low = table[:, 0] & ((1 << _ROUNDS_SHIFT) - 1)
     table[:, 0] = low | (table[:, 0] >> _ROUNDS_SHIFT).max() << _ROUNDS_SHIFT
@@ -293,14 +318,31 @@ def encode_each(objs, n: int, m: int):
 
 # -- the gathered headers -------------------------------------------------------------------
 
+def same_kind(w0: int, ints: list, raw: np.ndarray, n: int):
+    """The objects of ``n`` headers whose word 0 is ``w0`` on every row, where that is a
+    number or a tuple or list of ints (read at once); None for any other kind."""
+    if w0 == INT:
+        return ints[3::WORDS]
+    if w0 == FLOAT:
+        return list(floats(n).unpack_from(raw))
+    kind = w0 & 0xFF
+    if kind == TUPLE or kind == LIST:
+        k = (w0 >> _AUX_SHIFT) & _AUX_MASK
+        if k < 0x10:                      # ints only (element codes all 0)
+            rows = [ints[WORDS * i + 3:WORDS * i + 3 + k] for i in range(n)]
+            return [tuple(r) for r in rows] if kind == TUPLE else rows
+    return None
+
+
 class Table:
     """Headers of one call, one per row (from every rank, or a root's rows), read once
-    into Python ints: every rank that holds the same rows takes the same decisions."""
+    into Python ints: every rank that holds the same rows takes the same decisions.  A
+    copy: the receive buffer may take the next call's headers while these are read."""
     __slots__ = ("raw", "ints", "n", "extra")
 
-    def __init__(self, raw: np.ndarray, n: int):
-        self.raw, self.n = raw, n
-        self.ints = raw.tolist()
+    def __init__(self, raw: np.ndarray, n: int, ints=None):
+        self.raw, self.n = raw.tobytes(), n
+        self.ints = raw.tolist() if ints is None else ints
         self.extra = None        # lengths of out-of-band buffers past the inline ones
 
     def kind(self, i: int) -> int:
@@ -386,14 +428,14 @@ class Table:
             return complex(self._float(base + 3), self._float(base + 4))
         if kind == STR or kind == RAW or kind == SMALL_PICKLE:
             start = 8 * (base + 3)
-            data = self.raw.view(np.uint8)[start:start + aux].tobytes()
+            data = self.raw[start:start + aux]
             if kind == SMALL_PICKLE:
                 return MPI.pickle.loads(data)
             return data.decode() if kind == STR else data
         if kind == NPSCALAR:
             dt = _DTYPES[aux]
             start = 8 * (base + 3)
-            return self.raw.view(np.uint8)[start:start + dt.itemsize].view(dt)[0]
+            return np.frombuffer(self.raw, dt, 1, start)[0]
         if kind == ARRAY:
             dt = _DTYPES[aux & 0x1F]
             ndim, order = (aux >> 5) & MAX_NDIM, "F" if aux >> 8 & 1 else "C"

@@ -38,6 +38,8 @@ sending it on: the op must give the same result on every rank, as MPI asks of op
 """
 from __future__ import annotations
 
+import operator
+
 import mpi4py
 import numpy as np
 
@@ -70,7 +72,7 @@ def _root(root, size: int) -> int:
 
 
 class ObjectCalls:
-    """Mixed into ``hpccoll.mpi.Comm``: uses its ``_hc``, ``_st``, ``_stats``,
+    """Mixed into ``hpccoll.mpi.Comm``: uses its ``_hc``, ``_st``, ``_stats``, ``_heads``,
     ``_freed``, ``_blocks`` and ``_blocking``.  Each call counts as native in ``stats``
     once its arguments are read (a bad root raises first, as in ``_comm.Comm._run``)."""
 
@@ -117,10 +119,9 @@ class ObjectCalls:
         hc = self._open()
         root = _root(root, hc.size)
         self._stats[name]["native"] += 1
-        table, got = self._to_some(hc, sendobj, method, root, lambda i, j: j == root)
-        if hc.rank != root:
-            return None
-        return _values(table, got, hc.size)
+        values = self._to_some(hc, sendobj, method, root, lambda i, j: j == root,
+                               hc.size if hc.rank == root else 0)
+        return values if hc.rank == root else None
 
     def scatter(self, sendobj, root: int = 0):
         hc = self._open()
@@ -171,8 +172,7 @@ class ObjectCalls:
     def allgather(self, sendobj):
         hc = self._open()
         self._stats["allgather"]["native"] += 1
-        table, got = self._everyone(hc, sendobj, ALLGATHER)
-        return _values(table, got, hc.size)
+        return self._everyone(hc, sendobj, ALLGATHER)
 
     def alltoall(self, sendobj):
         hc = self._open()
@@ -202,24 +202,23 @@ class ObjectCalls:
     def allreduce(self, sendobj, op=MPI.SUM):
         hc = self._open()
         self._stats["allreduce"]["native"] += 1
-        table, got = self._everyone(hc, sendobj, ALLREDUCE)
-        return _reduce(_values(table, got, hc.size), op)
+        return _reduce(self._everyone(hc, sendobj, ALLREDUCE), op)
 
     def scan(self, sendobj, op=MPI.SUM):
         hc = self._open()
         self._stats["scan"]["native"] += 1
         me = hc.rank
-        table, got = self._to_some(hc, sendobj, SCAN, 0, lambda i, j: i <= j)
-        return _scan(_values(table, got, me + 1), op, exclusive=False)
+        values = self._to_some(hc, sendobj, SCAN, 0, lambda i, j: i <= j, me + 1)
+        return _scan(values, op, exclusive=False)
 
     def exscan(self, sendobj, op=MPI.SUM):
         hc = self._open()
         self._stats["exscan"]["native"] += 1
         me = hc.rank
-        table, got = self._to_some(hc, sendobj, EXSCAN, 0, lambda i, j: i < j)
+        values = self._to_some(hc, sendobj, EXSCAN, 0, lambda i, j: i < j, me)
         if me == 0:
             return None
-        return _scan(_values(table, got, me), op, exclusive=True)
+        return _scan(values, op, exclusive=True)
 
     # -- the protocol -------------------------------------------------------------------------
     def _open(self):
@@ -232,25 +231,46 @@ class ObjectCalls:
         return self._st.issue(call, None, self._blocks)
 
     def _headers(self, hc, sendobj, method: int, root: int):
-        """(this rank's encoding, every rank's header, checked)."""
+        """(this rank's encoding, every rank's header, checked, and every rank's object
+        where each sent a number, or a tuple or list of ints, of one kind: allreduce's and
+        allgather-of-shapes' common case, read straight from the headers; else None).
+        The header buffers and their allgather's Call are kept for the next call (its
+        plan with them); a call made while they are in use (another thread, or an op that
+        calls back) takes new ones, and buffers of a call that raised are not reused."""
         m = method | (root << 8)         # codec.meta, inline: the per-call path
-        enc = codec.encode(sendobj, m)
         n = hc.size
-        head = np.empty(_WORDS * n, np.int64)
-        self._st.issue(Call("allgather", enc.header, head, _WORDS, None, 0, False, None), None,
-                       self._blocks).wait()
-        table = codec.Table(head, n)
-        if table.ints[1::_WORDS].count(m) != n:
+        heads = self._heads
+        try:
+            send, recv, call = heads.pop()
+        except IndexError:
+            send, recv = codec.new_header(), np.empty(_WORDS * n, np.int64)
+            call = Call("allgather", send, recv, _WORDS, None, 0, False, None)
+        enc = codec.encode(sendobj, m, True, send)
+        self._st.issue(call, None, self._blocks).wait()
+        ints = recv.tolist()
+        if ints[1::_WORDS].count(m) == n:
+            w0 = ints[0]
+            if ints[0::_WORDS].count(w0) == n:       # one kind, one length, no parts
+                values = codec.same_kind(w0, ints, recv, n)
+                if values is not None:
+                    heads.append((send, recv, call))
+                    return enc, None, values
+            table = codec.Table(recv, n, ints)
+        else:
+            table = codec.Table(recv, n, ints)
             _agree(table, enc, m)
-        return enc, table
+        heads.append((send, recv, call))
+        return enc, table, None
 
-    def _everyone(self, hc, sendobj, method: int):
-        """Every rank's object to every rank: (Table, rounds received)."""
-        enc, table = self._headers(hc, sendobj, method, 0)
+    def _everyone(self, hc, sendobj, method: int) -> list:
+        """Every rank's object, on every rank."""
+        enc, table, values = self._headers(hc, sendobj, method, 0)
+        if values is not None:
+            return values
+        n = hc.size
         rounds = table.rounds()
         if not rounds:
-            return table, None
-        n = hc.size
+            return _values(table, None, n)
         self._extra(hc, table, enc)
         works, got = [], []
         for k in range(rounds):
@@ -263,16 +283,19 @@ class ObjectCalls:
             got.append((recv, counts, displs))
         for w in works:
             w.wait()
-        return table, got
+        return _values(table, got, n)
 
-    def _to_some(self, hc, sendobj, method: int, root: int, to):
-        """Rank i's object to the ranks j with ``to(i, j)``: (Table, rounds received).
+    def _to_some(self, hc, sendobj, method: int, root: int, to, count: int) -> list:
+        """Rank i's object to the ranks j with ``to(i, j)``: the objects of ranks
+        0..count-1 (those this rank receives).
         TODO(core gather/scatter): gather and reduce take the core's native gatherv
         here once it lands; this is alltoallv with zero counts to and from non-roots."""
-        enc, table = self._headers(hc, sendobj, method, root)
+        enc, table, values = self._headers(hc, sendobj, method, root)
+        if values is not None:
+            return values[:count]
         rounds = table.rounds()
         if not rounds:
-            return table, None
+            return _values(table, None, count)
         n, me = hc.size, hc.rank
         self._extra(hc, table, enc)
         zeros = [0] * n
@@ -294,7 +317,7 @@ class ObjectCalls:
             got.append((recv, rcounts, rdispls))
         for w in works:
             w.wait()
-        return table, got
+        return _values(table, got, count)
 
     def _allgatherv(self, hc, send, counts):
         """(work, receive buffer, displacements) of an allgatherv of ``counts`` bytes."""
@@ -356,14 +379,6 @@ def _agree(table, enc, m: int, rows_of=None) -> None:
 def _values(table, got, count: int) -> list:
     """The objects of rows 0..count-1."""
     if got is None:
-        # one kind of number from every rank (allreduce's common case): read at once
-        end = _WORDS * count
-        kinds = table.ints[0:end:_WORDS]
-        if kinds and kinds.count(kinds[0]) == count:
-            if kinds[0] == codec.INT:
-                return table.ints[3:end:_WORDS]
-            if kinds[0] == codec.FLOAT:
-                return list(codec.floats(count).unpack_from(table.raw))
         return [table.value(i) for i in range(count)]
     return [table.value(i, _parts(got, table, i)) for i in range(count)]
 
@@ -412,9 +427,32 @@ def _concat(parts, lengths):
 
 # -- reductions in mpi4py's order ------------------------------------------------------------
 
+def _max(x, y):
+    return y if y > x else x
+
+
+def _min(x, y):
+    return y if y < x else x
+
+
+# mpi4py's predefined ops applied to Python objects are these expressions (op_call in
+# its opimpl.pxi: op_SUM is ``x + y``, op_MAX ``y if y > x else x``, ...), called here
+# without the trip through MPI.Op.__call__; found by identity (an MPI.Op is unhashable)
+_PLAIN_OPS = ((MPI.SUM, operator.add), (MPI.PROD, operator.mul), (MPI.MAX, _max),
+              (MPI.MIN, _min))
+
+
+def _plain(op):
+    for mpi_op, fn in _PLAIN_OPS:
+        if op is mpi_op:
+            return fn
+    return op
+
+
 def _reduce(items: list, op):
     """mpi4py's result: its binomial tree towards rank 0 (PyMPI_reduce_p2p), or with
     fast_reduce off its left fold (_py_reduce)."""
+    op = _plain(op)
     n = len(items)
     if not _FAST_REDUCE:
         result = items[0]
@@ -443,6 +481,7 @@ def _scan(items: list, op, exclusive: bool):
     PyMPI_scan_p2p / PyMPI_exscan_p2p, or with fast_reduce off its left fold.  ``items``
     holds ranks 0..rank (scan) or 0..rank-1 (exscan); rank 0's exscan never gets here."""
     r = len(items) - 1 if not exclusive else len(items)
+    op = _plain(op)
     if not _FAST_REDUCE:
         result = items[0]
         for x in items[1:]:

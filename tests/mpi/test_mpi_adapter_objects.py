@@ -227,6 +227,24 @@ def test_python_numbers_come_back_as_python_numbers(world, adapter):
     assert type(adapter.allreduce(np.float32(1))) is np.float32
 
 
+def test_numbers_and_shapes_read_straight_from_the_headers(world, adapter):
+    """The common case read at once (every rank a number, or a tuple or list of ints, of
+    one kind and length) gives mpi4py's results: MAX/MIN on NaN and signed zeros as
+    mpi4py's ``y if y > x else x``, new lists on every call, and ranks whose tuples differ
+    in length (read row by row) too."""
+    n, r = world.size, world.rank
+    odd = [float("nan"), -0.0, 0.0, float("inf")]
+    for op in (MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN):
+        for x in (odd[r % 4], odd[(r + 1) % 4], 3 - r, -(2**62) + r):
+            check(world, adapter, "allreduce", lambda c: c.allreduce(x, op), f"{x!r}")
+    for obj in ((r, 2 * r, 7), [r, -r], (), (1,) * (r + 1), [r] * (n - r), (r, 2.5)):
+        check(world, adapter, "allgather", lambda c: c.allgather(obj), repr(obj))
+    first = adapter.allgather([r, r])
+    first[0].append(99)
+    again = adapter.allgather([r, r])
+    assert again == [[i, i] for i in range(n)] and again[0] is not first[0]
+
+
 def test_maxloc_and_minloc(world, adapter):
     r = world.rank
     for op in (MPI.MAXLOC, MPI.MINLOC):
