@@ -1,6 +1,8 @@
 # The typed form of engine/engine.py (hpccoll/_compiled.py).
 from hpccoll.engine.flight cimport Recorder
 from hpccoll.engine.task cimport Task
+from hpccoll.engine.lane cimport Lane
+cimport cython
 
 
 cdef class Engine:
@@ -15,6 +17,7 @@ cdef class Engine:
     cdef public bint _adapt, crowded
     cdef public object _calm
 
+    @cython.locals(lane=Lane)
     cpdef issue(self, Task task, bint inline=*)
     cpdef bint _done_at_issue(self, Task task) except -1
     cpdef _admit(self, Task task, bint started)

@@ -3,7 +3,11 @@ cimport cython
 
 
 cdef class Lane:
-    pass
+    # the calls every collective makes of its lane, dispatched in C (a Python subclass,
+    # ProgramLane or CheckLane, overrides them as usual)
+    cpdef bint startable(self) except -1
+    cpdef start(self)
+    cpdef bint run(self) except -1
 
 
 cdef class OneWait(Lane):
@@ -14,6 +18,10 @@ cdef class OneWait(Lane):
 cdef class MpiLane(OneWait):
     cdef public object recipe, send, recv, req, slot
     cdef public bint done, tested
+
+    cpdef bint startable(self) except -1
+    cpdef start(self)
+    cpdef bint run(self) except -1
 
 
 @cython.freelist(32)

@@ -93,7 +93,7 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         self._last_bcast = [None, None, 0, None, None]
         self._last_allreduce = [None, None, None, 0, 0, None, None]
         self._kept: dict = {}      # method -> calls.Kept (any other message, read once)
-        self._heads: list = []     # the lowercase methods' header buffers (_objects._headers)
+        self._heads: dict = {}     # the lowercase methods' header buffers (_objects._headers)
 
     def __repr__(self) -> str:
         if "_mpi" not in self.__dict__:

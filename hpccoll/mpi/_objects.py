@@ -86,10 +86,16 @@ class ObjectCalls:
         self._stats["bcast"]["native"] += 1
         m = codec.meta(BCAST, root)
         mine = hc.rank == root
-        enc = codec.encode(obj, m) if mine else None
-        head = enc.header if mine else np.empty(_WORDS, np.int64)
-        self._go(Call("broadcast", head, head, _WORDS, None, root, True, None)).wait()
+        pool = self._heads.get(root)     # as in _headers: kept per root
+        if pool:
+            head, call = pool.pop()
+        else:
+            head = codec.new_header()
+            call = Call("broadcast", head, head, _WORDS, None, root, True, None)
+        enc = codec.encode(obj, m, True, head) if mine else None
+        self._st.issue(call, None, self._blocks).wait()
         table = codec.Table(head, 1)
+        self._heads.setdefault(root, []).append((head, call))
         _agree(table, enc, m, rows_of=root)
         rounds = table.own(0)
         if not rounds:
@@ -239,10 +245,11 @@ class ObjectCalls:
         calls back) takes new ones, and buffers of a call that raised are not reused."""
         m = method | (root << 8)         # codec.meta, inline: the per-call path
         n = hc.size
-        heads = self._heads
-        try:
+        heads = self._heads.get(-1)      # bcast's are kept by root
+        if heads:
             send, recv, call = heads.pop()
-        except IndexError:
+        else:
+            heads = self._heads.setdefault(-1, [])
             send, recv = codec.new_header(), np.empty(_WORDS * n, np.int64)
             call = Call("allgather", send, recv, _WORDS, None, 0, False, None)
         enc = codec.encode(sendobj, m, True, send)
