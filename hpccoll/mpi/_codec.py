@@ -184,10 +184,14 @@ def _sequence(obj, m, out, kind):
     if n > MAX_ITEMS:
         return None
     for v in obj:               # ints only (a shape): element codes all 0
-        if v.__class__ is not int or not _I64[0] <= v < _I64[1]:
+        if v.__class__ is not int:
             break
     else:
-        return Encoded(_ints(out, kind | (n << _AUX_SHIFT), m, 0, *obj))
+        try:
+            _S_LEADING[n].pack_into(out, 0, kind | (n << _AUX_SHIFT), m, 0, *obj)
+            return Encoded(out)
+        except struct.error:    # an int beyond int64's range: pickled
+            return None
     aux, words, fmt = n, [], "<3q"
     for j, v in enumerate(obj):
         t = v.__class__
@@ -276,6 +280,11 @@ def encode(obj, m: int, out_of_band: bool = True, out=None) -> Encoded:
         _S_LEADING[1].pack_into(out, 0, INT, m, 0, obj)
         return Encoded(out)
     try:
+        if cls is tuple or cls is list:     # shapes, counts
+            done = _sequence(obj, m, out, TUPLE if cls is tuple else LIST)
+            if done is not None:
+                return done
+            return pickled(obj, m, out_of_band, out)
         enc = _ENCODERS.get(cls)
         if enc is not None:
             done = enc(obj, m, out)

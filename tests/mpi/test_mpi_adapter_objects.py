@@ -237,7 +237,8 @@ def test_numbers_and_shapes_read_straight_from_the_headers(world, adapter):
     for op in (MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN):
         for x in (odd[r % 4], odd[(r + 1) % 4], 3 - r, -(2**62) + r):
             check(world, adapter, "allreduce", lambda c: c.allreduce(x, op), f"{x!r}")
-    for obj in ((r, 2 * r, 7), [r, -r], (), (1,) * (r + 1), [r] * (n - r), (r, 2.5)):
+    for obj in ((r, 2 * r, 7), [r, -r], (), (1,) * (r + 1), [r] * (n - r), (r, 2.5),
+                (2**63 - 1, -(2**63)), (2**70 + r, 1), [True, r]):
         check(world, adapter, "allgather", lambda c: c.allgather(obj), repr(obj))
     first = adapter.allgather([r, r])
     first[0].append(99)
