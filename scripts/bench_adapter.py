@@ -15,6 +15,7 @@ checked against mpi4py's.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -78,7 +79,13 @@ def main() -> int:
             ok = world.allreduce(bool(np.array_equal(a, b)), op=MPI.LAND)
             rows.append((name, nbytes, t_ours, t_mpi, ok))
     names = (list(OBJECT_ROWS) if args.objects == "all" else
-             [] if args.objects == "none" else args.objects.split(","))
+             [] if args.objects == "none" else
+             # (commas inside a row's parentheses are its own: "allreduce(int, MPI.MAX)")
+             [n.strip() for n in re.split(r",(?![^(]*\))", args.objects)])
+    unknown = [n for n in names if n not in OBJECT_ROWS]
+    if unknown:
+        raise SystemExit(f"--objects: unknown row(s) {', '.join(map(repr, unknown))}; "
+                         f"expected all, none or some of: {', '.join(OBJECT_ROWS)}")
     objects = [object_row(world, comm, mine, name, args.iters, args.loop) for name in names]
     comm.context.close()
     mine.Free()

@@ -15,8 +15,9 @@ One protocol for every method:
    alltoall (alltoall).  For small objects that is the whole call.
 3. Then one round per part (the pickle stream, each out-of-band buffer), all issued
    before any is waited for: up to SMALL bytes from every rank an allgather of padded
-   blocks, above it allgatherv, alltoallv to the ranks that need the bytes, or
-   broadcast.
+   blocks, above it allgatherv (allgather, allreduce), gatherv or scatterv (gather,
+   reduce, scatter: the root's), alltoallv to the ranks that need the bytes (alltoall,
+   scan, exscan), or broadcast (bcast).
 
 Why every rank takes the same path without asking: the number of rounds and every
 count come from the headers, and every rank that takes part in a round holds the same
@@ -160,20 +161,14 @@ class ObjectCalls:
             if not table.own(me):
                 return table.value(me)
             return table.value(me, (buf[displs[me]:displs[me] + lengths[me]],))
-        # TODO(core gather/scatter): the core's native scatterv once it lands, instead of
-        # this alltoallv with zero counts to and from non-roots
-        zeros = [0] * n
-        send, scounts, sdispls = codec.EMPTY, zeros, zeros
-        if me == root:
-            send, sdispls = _concat(parts, lengths)
-            scounts = lengths
-        rcounts = list(zeros)
-        rcounts[root] = lengths[me]
-        work, recv, rdispls = self._alltoallv(hc, send, scounts, sdispls, rcounts)
-        work.wait()
+        # above it the root's blocks with exact counts (the core's scatterv); an object
+        # given for several ranks is in the send buffer once
+        send, sdispls = _concat(parts, lengths) if me == root else (codec.EMPTY, None)
+        recv = np.empty(lengths[me], np.uint8)
+        self._go(validate.scatterv(hc, send, recv, lengths, sdispls, root, False)).wait()
         if not table.own(me):
             return table.value(me)
-        return table.value(me, (recv[rdispls[root]:rdispls[root] + lengths[me]],))
+        return table.value(me, (recv,))
 
     def allgather(self, sendobj):
         hc = self._open()
@@ -294,9 +289,8 @@ class ObjectCalls:
 
     def _to_some(self, hc, sendobj, method: int, root: int, to, count: int) -> list:
         """Rank i's object to the ranks j with ``to(i, j)``: the objects of ranks
-        0..count-1 (those this rank receives).
-        TODO(core gather/scatter): gather and reduce take the core's native gatherv
-        here once it lands; this is alltoallv with zero counts to and from non-roots."""
+        0..count-1 (those this rank receives).  Above SMALL bytes, gather's and reduce's
+        parts go to the root with the core's gatherv, the scans' with alltoallv."""
         enc, table, values = self._headers(hc, sendobj, method, root)
         if values is not None:
             return values[:count]
@@ -315,6 +309,13 @@ class ObjectCalls:
             if max(lengths) <= SMALL:
                 work, recv, displs = self._allgatherv(hc, _part(enc, k), lengths)
                 works.append(work)
+                got.append((recv, lengths, displs))
+                continue
+            if method == GATHER or method == REDUCE:
+                displs, total = codec.aligned(lengths)
+                recv = np.empty(total if me == root else 0, np.uint8)
+                call = validate.gatherv(hc, _part(enc, k), recv, lengths, displs, root, False)
+                works.append(self._go(call))
                 got.append((recv, lengths, displs))
                 continue
             scounts = [lengths[me] if to(me, j) else 0 for j in range(n)]

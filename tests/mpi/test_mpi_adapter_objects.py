@@ -420,6 +420,10 @@ def test_every_call_leaves_flight_rows(adapter):
     adapter.allgather(large)
     assert rows()[-2:] == ["allgather", "allgatherv"]
     adapter.gather(large, root=0)
+    assert rows()[-2:] == ["allgather", "gatherv"]
+    adapter.scatter([large] * adapter.size if adapter.rank == 0 else None, root=0)
+    assert rows()[-2:] == ["broadcast", "scatterv"]
+    adapter.scan(large)
     assert rows()[-2:] == ["allgather", "alltoallv"]
     adapter.alltoall([1] * adapter.size)
     assert rows()[-1] == "alltoall"
