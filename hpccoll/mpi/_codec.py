@@ -139,12 +139,6 @@ def _bool(obj, m, out):
     return Encoded(_ints(out, BOOL, m, 0, int(obj)))
 
 
-def _int(obj, m, out):
-    if not _I64[0] <= obj < _I64[1]:
-        return None              # a Python int beyond int64: pickled
-    return Encoded(_ints(out, INT, m, 0, obj))
-
-
 def _float(obj, m, out):
     return Encoded(_header(out, _S_FLOAT, FLOAT, m, 0, obj))
 
@@ -213,14 +207,6 @@ def _sequence(obj, m, out, kind):
     return Encoded(_header(out, _struct(fmt), kind | (aux << _AUX_SHIFT), m, 0, *words))
 
 
-def _tuple(obj, m, out):
-    return _sequence(obj, m, out, TUPLE)
-
-
-def _list(obj, m, out):
-    return _sequence(obj, m, out, LIST)
-
-
 def _array(obj, m, out):
     dt = obj.dtype
     code = _DTYPE_CODE.get(dt)
@@ -240,11 +226,9 @@ def _array(obj, m, out):
                          *obj.shape), (data,))
 
 
-def pickled(obj, m, out_of_band: bool = True, out=None) -> Encoded:
+def pickled(obj, m, out_of_band: bool, out) -> Encoded:
     """``obj`` through mpi4py's pickler: a stream that fits in the header, or part 0 the
     stream, then its out-of-band buffers (all in band with ``out_of_band`` False)."""
-    if out is None:
-        out = new_header()
     if out_of_band:
         stream, buffers = MPI.pickle.dumps_oob(obj)
     else:
@@ -259,8 +243,10 @@ def pickled(obj, m, out_of_band: bool = True, out=None) -> Encoded:
                    parts)
 
 
-_ENCODERS = {type(None): _none, bool: _bool, int: _int, float: _float, complex: _complex,
-             str: _str, bytes: _bytes, tuple: _tuple, list: _list, np.ndarray: _array}
+# (float, int in int64's range, tuple and list: written out in encode; an int beyond
+# int64 is pickled)
+_ENCODERS = {type(None): _none, bool: _bool, float: _float, complex: _complex, str: _str,
+             bytes: _bytes, np.ndarray: _array}
 _ENCODERS.update((t, _npscalar) for t in _SCALAR_TYPES)
 
 

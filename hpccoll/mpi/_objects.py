@@ -126,7 +126,7 @@ class ObjectCalls:
         hc = self._open()
         root = _root(root, hc.size)
         self._stats[name]["native"] += 1
-        values = self._to_some(hc, sendobj, method, root, lambda i, j: j == root,
+        values = self._to_some(hc, sendobj, method, root, None,
                                hc.size if hc.rank == root else 0)
         return values if hc.rank == root else None
 
@@ -250,16 +250,16 @@ class ObjectCalls:
         enc = codec.encode(sendobj, m, True, send)
         self._st.issue(call, None, self._blocks).wait()
         ints = recv.tolist()
-        if ints[1::_WORDS].count(m) == n:
+        agreed = ints[1::_WORDS].count(m) == n
+        if agreed:
             w0 = ints[0]
             if ints[0::_WORDS].count(w0) == n:       # one kind, one length, no parts
                 values = codec.same_kind(w0, ints, recv, n)
                 if values is not None:
                     heads.append((send, recv, call))
                     return enc, None, values
-            table = codec.Table(recv, n, ints)
-        else:
-            table = codec.Table(recv, n, ints)
+        table = codec.Table(recv, n, ints)
+        if not agreed:
             _agree(table, enc, m)
         heads.append((send, recv, call))
         return enc, table, None
@@ -288,9 +288,10 @@ class ObjectCalls:
         return _values(table, got, n)
 
     def _to_some(self, hc, sendobj, method: int, root: int, to, count: int) -> list:
-        """Rank i's object to the ranks j with ``to(i, j)``: the objects of ranks
-        0..count-1 (those this rank receives).  Above SMALL bytes, gather's and reduce's
-        parts go to the root with the core's gatherv, the scans' with alltoallv."""
+        """Rank i's object to the ranks j with ``to(i, j)``, or to ``root`` where ``to``
+        is None: the objects of ranks 0..count-1 (those this rank receives).  Above SMALL
+        bytes, parts go to the root with the core's gatherv (gather, reduce), else with
+        alltoallv (the scans)."""
         enc, table, values = self._headers(hc, sendobj, method, root)
         if values is not None:
             return values[:count]
@@ -311,7 +312,7 @@ class ObjectCalls:
                 works.append(work)
                 got.append((recv, lengths, displs))
                 continue
-            if method == GATHER or method == REDUCE:
+            if to is None:
                 displs, total = codec.aligned(lengths)
                 recv = np.empty(total if me == root else 0, np.uint8)
                 call = validate.gatherv(hc, _part(enc, k), recv, lengths, displs, root, False)
