@@ -183,13 +183,21 @@ static inline char *at(char *const *bufs, int64_t kind, int64_t off) {
     return kind == 3 ? (char *)(intptr_t)off : bufs[kind] + off;
 }
 
-/* run(code, pc, base, send, recv, scratch) -> (pc, flag waits passed)
+/* run(code, pc, base, send, recv, scratch) -> (pc, flag waits passed), or None where
+ * pc > 0 is a WAIT that still does not hold (nothing done, the caller's state stands)
  * Executes from instruction pc until a WAIT that does not hold or the end (pc = count). */
-static PyObject *run(PyObject *self, PyObject *args) {
-    PyObject *code_o, *obj[3];
-    Py_ssize_t pc;
-    long long base;
-    if (!PyArg_ParseTuple(args, "OnLOOO", &code_o, &pc, &base, &obj[0], &obj[1], &obj[2]))
+static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* (fast-call: a waiter calls this once per program per poll) */
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "run(code, pc, base, send, recv, scratch)");
+        return NULL;
+    }
+    PyObject *code_o = args[0], *obj[3] = {args[3], args[4], args[5]};
+    Py_ssize_t pc = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (pc == -1 && PyErr_Occurred())
+        return NULL;
+    long long base = PyLong_AsLongLong(args[2]);
+    if (base == -1 && PyErr_Occurred())
         return NULL;
     Py_buffer cv, bv[3];
     int held = 0;
@@ -201,6 +209,18 @@ static PyObject *run(PyObject *self, PyObject *args) {
     if (count < 0 || code[0] != MAGIC || pc < 0 || pc > count) {
         PyErr_SetString(PyExc_ValueError, "native run: not an encoded program, or pc out of range");
         goto fail;
+    }
+    /* most polls of a waiter find the program still waiting where it stopped: None,
+     * before the call's buffers are exported (their sizes were checked by the first
+     * call, at pc 0) */
+    if (pc > 0 && pc < count && code[(pc + 1) * NROW] == OP_WAIT) {
+        const int64_t *ins = code + (pc + 1) * NROW;
+        int64_t v = base + ins[1];
+        for (int64_t i = 0; i < ins[2]; i++)
+            if (__atomic_load_n((int64_t *)(intptr_t)ins[3 + i], __ATOMIC_ACQUIRE) < v) {
+                PyBuffer_Release(&cv);
+                Py_RETURN_NONE;
+            }
     }
     char *bufs[3];
     for (int i = 0; i < 3; i++) {
@@ -591,7 +611,7 @@ static PyMethodDef methods[] = {
      "cell_waits(layout, seq) -> list: the ranks whose cell this rank still waits for"},
     {"handoff", (PyCFunction)(void (*)(void))handoff, METH_FASTCALL,
      "handoff(mine, peer, rounds, first) -> ns: a flag ping-pong between two processes"},
-    {"run", run, METH_VARARGS,
+    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL,
      "run(code, pc, base, send, recv, scratch) -> (pc, waits): execute an encoded "
      "shared-memory program from pc until a flag wait that does not hold, or the end"},
     {NULL, NULL, 0, NULL}};

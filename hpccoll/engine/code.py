@@ -5,8 +5,9 @@ it into straight-line instructions once per plan: every region becomes either a 
 array (a slot of the node-shared area, a peer's registered buffer) or ``(buf, lo, hi)``,
 a slice of the call's send, receive or scratch array; an op becomes its NumPy ufunc
 where NumPy runs it.  What is left per call is slicing the caller's arrays and adding
-the collective's epoch base.  ``run`` executes them (``ProgramLane.run``): every program
-runs through it, MPI point-to-point programs, shared memory, device kernels alike.
+the collective's epoch base.  ``run`` executes them in Python: MPI point-to-point
+programs, shared memory, device kernels alike; ``ProgramLane.run`` (engine/program.py)
+hands a program the C executor has to ``_native.run`` instead.
 
 ``native`` encodes a program's instructions once more for the C executor
 (``_native.c``), which runs them in one call per poll instead of a Python dispatch and a
@@ -176,7 +177,8 @@ def _address(a) -> int:
 
 
 def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
-    """``code`` (build's instructions) encoded for _native.run: an int64 array of rows, the
+    """``code`` (build's instructions) encoded for _native.run: int64 rows (as bytes: a
+    buffer C takes without an array's export, which cost a third of a waiter's poll), the
     first a header (the bytes each of the call's send, recv and scratch buffers must hold),
     or None where the C executor lacks something (not built, an instruction or reduction
     it does not have: those programs run in Python)."""
@@ -242,7 +244,7 @@ def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
         else:
             return None
     rows[0, :5] = _native.MAGIC, *need, writes[1]
-    return rows
+    return rows.tobytes()
 
 
 def _fn(dtype: np.dtype, op: str) -> int:
@@ -286,19 +288,6 @@ def cells_layout(area, coll: str, root: int, count: int, dtype: np.dtype,
 def run(lane) -> bool:
     """Execute ``lane``'s instructions from its program counter until a wait that does not
     hold yet, or the end.  True if anything moved."""
-    native = lane.native
-    if native is not None:
-        start = lane.pc
-        b = lane.bufs
-        pc, waits = _native.run(native, start, lane.base, b[0], b[1], b[2])
-        lane.pc = pc
-        lane.waits_done += waits
-        code = lane.code
-        if pc < len(code):
-            lane.waiting = code[pc][3]
-            return pc != start
-        lane.waiting = None
-        return True
     code = lane.code
     bufs = lane.bufs
     base = lane.base

@@ -28,6 +28,7 @@ cdef class Engine:
     cpdef bint _step(self, Task task, long long idle) except -1
     cpdef bint _alone(self, Task task) except -1
     cpdef bint _pass(self, before=*, bint quiet=*) except -1
+    @cython.locals(task=Task)
     cpdef bint poll_each(self, tasks) except -1
     cpdef retire(self, Task task)
     cpdef complete(self, Task task)

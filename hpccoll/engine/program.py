@@ -21,6 +21,7 @@ from ..algorithms.primitives import WaitFlags
 from ..transport import mpi as transport
 from ..transport import staging
 from . import code as _code
+from .code import _native
 from .lane import GPU, Lane
 
 
@@ -39,10 +40,8 @@ class Shm:
 
 class ProgramLane(Lane):
     """One program being executed: ``code`` its instructions (engine/code.py), ``bufs``
-    the send, receive and scratch arrays (flat, typed like the collective's data)."""
-    __slots__ = ("program", "code", "native", "bufs", "_bytes", "itemsize", "op", "mpi", "tag",
-                 "pc", "inflight", "waiting", "waits_done", "bytes_moved", "ops", "shm", "base",
-                 "pool", "_pooled", "holds")
+    the send, receive and scratch arrays (flat, typed like the collective's data).
+    (Its fields are declared in program.pxd: a compiled lane has no ``__dict__``.)"""
     at_issue = True
 
     def __init__(self, program, code, bufs, op, mpi_comm, tag, ops, shm=None, native=None):
@@ -71,8 +70,26 @@ class ProgramLane(Lane):
         self.run()
 
     def run(self) -> bool:
-        """Execute until a wait that does not hold yet, or the end; True if anything moved."""
-        return _code.run(self)
+        """Execute until a wait that does not hold yet, or the end; True if anything moved.
+        Instructions the C executor has run there, in one call per poll; the others in
+        Python (code.run)."""
+        native = self.native
+        if native is None:
+            return _code.run(self)
+        start = self.pc
+        b = self.bufs
+        moved = _native.run(native, start, self.base, b[0], b[1], b[2])
+        if moved is None:           # still waiting where it stopped (most polls)
+            return False
+        pc, waits = moved
+        self.pc = pc
+        self.waits_done += waits
+        code = self.code
+        if pc < len(code):
+            self.waiting = code[pc][3]
+            return pc != start
+        self.waiting = None
+        return True
 
     def release(self) -> None:
         if self.pool is not None and self._pooled is not None:

@@ -325,6 +325,44 @@ def test_the_c_executor_refuses_buffers_smaller_than_its_program():
         code._native.run(np.zeros((2, code._native.NROW), np.int64), 0, 0, ok, ok, ok)
 
 
+def test_a_poll_of_a_program_still_waiting_exports_no_buffer_and_changes_nothing():
+    """Most polls of a waiter find its program waiting on the peers' flags: past the
+    first call (pc 0, which checks the buffers), the C executor answers None before it
+    exports a buffer (None buffers pass), and the lane stays as it was; once the peer has
+    run, the same lane goes on to the right result."""
+    need_native()
+    n, count = 2, 40
+    dt = np.dtype(np.int32)
+    made = areas(n, 2)
+    lanes = []
+    for r in range(n):
+        program = Program(shm.allreduce(Spec("allreduce", r, n, count, chunk=16, slots=2)))
+        rt = Shm(made[r], tuple(range(n)))
+        instructions = code.build(program, rt, dt, "sum")
+        rows = code.native(instructions, dt, "sum")
+        assert rows is not None
+        bufs = [np.arange(count, dtype=dt) * (r + 1), np.zeros(count, dt),
+                np.empty(program.scratch, dt)]
+        lanes.append(ProgramLane(program, instructions, bufs, "sum", None, 0, HostOps, rt,
+                                 rows))
+    first = lanes[0]
+    first.start()
+    pc, waiting = first.pc, first.waiting
+    assert 0 < pc < len(first.code) and first.code[pc][0] == code.WAIT
+    assert code._native.run(first.native, pc, first.base, None, None, None) is None
+    for _ in range(3):
+        assert first.run() is False
+        assert (first.pc, first.waiting, first.done) == (pc, waiting, False)
+    lanes[1].start()
+    for _ in range(100):
+        if all(lane.done for lane in lanes):
+            break
+        for lane in lanes:
+            lane.run()
+    for lane in lanes:
+        assert lane.bufs[1].tolist() == (np.arange(count) * 3).tolist()
+
+
 @pytest.fixture(params=["cached", "streamed"])
 def stream(request):
     """Copies into the receive buffer as in a small collective, or streamed past the

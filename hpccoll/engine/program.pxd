@@ -1,0 +1,12 @@
+# The typed form of engine/program.py (hpccoll/_compiled.py).
+from hpccoll.engine.lane cimport Lane
+
+
+cdef class ProgramLane(Lane):
+    # (a waiter polls every started program on each pass: its fields are read in C)
+    cdef public object program, code, native, bufs, _bytes, op, mpi, tag, ops
+    cdef public object inflight, waiting, shm, pool, _pooled, holds
+    cdef public long long itemsize, pc, waits_done, bytes_moved, base
+
+    cpdef start(self)
+    cpdef bint run(self) except -1
