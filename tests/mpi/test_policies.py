@@ -257,3 +257,34 @@ def test_waiters_yield_before_they_sleep_and_the_daemon_never_yields(monkeypatch
     for idle in range(1, 5):
         en.backoff(fake, idle, event=object())
     assert calls == [("wake", 2), ("wake", 4)]
+
+
+def test_a_waiter_polls_the_started_programs_alone_and_passes_now_and_then():
+    """With nothing waiting to start, a waiter's poll is a poll of the started
+    collectives alone (the policy's ``started_only``), not a whole pass; every
+    CTL_EVERY-th poll is still a whole pass (the control plane moves), and the results
+    are exact.  Rank 1 arrives late each round, so the others wait on two node-shared
+    programs started at issue."""
+    import time
+    with hpccoll.init(timeout=60, mpi_coll_bytes=0, cell_bytes=0) as ctx:
+        comms = [ctx.world.dup(name=f"s{i}") for i in range(2)]
+        policy = ctx._engine.policy
+        alone, steps = [], []
+        only, step = policy.started_only, policy.step
+
+        def started_only():
+            polled = only()
+            if polled is not None:
+                alone.append(len(polled))
+            return polled
+        policy.started_only = started_only
+        policy.step = lambda engine: steps.append(1) or step(engine)
+        for k in range(5):
+            if ctx.rank == 1:
+                time.sleep(0.02)
+            works = [c.allreduce(np.full(20_000, i + k, np.int64)) for i, c in enumerate(comms)]
+            for i, w in enumerate(works):
+                np.testing.assert_array_equal(w.wait(), np.full(20_000, (i + k) * ctx.size))
+        if ctx.size > 1 and ctx.rank != 1:
+            assert alone and steps, (len(alone), len(steps))
+            assert max(alone) == 2

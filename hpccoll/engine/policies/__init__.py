@@ -14,6 +14,7 @@
         def adopt(self, task)   # a task the caller already started enters the policy
         def step(self, engine)  # one pass: poll, start, switch; True if anything progressed
         def live(self)          # tasks not finished, in the policy's order
+        def started_only(self)  # where a step would only poll started tasks: those
         def remove(self, task)  # drop a finished task
         def on_control(self, src, tag, payload)
 

@@ -25,6 +25,12 @@ class Policy:
     def adopt(self, task) -> None:
         raise AssertionError(f"the {self.name} policy starts every collective itself")
 
+    def started_only(self):
+        """Where a step would do nothing but poll started collectives (none waits to
+        start or for a slot), those collectives, for a waiter to poll directly; else
+        None (a whole step)."""
+        return None
+
     def on_control(self, src: int, tag: int, payload) -> None:
         raise AssertionError(f"the {self.name} policy handles no control messages")
 

@@ -100,6 +100,13 @@ class PreemptivePolicy(Policy):
     def live(self) -> list:
         return list(self.queue) + list(self.detached) + self.parked.tasks()
 
+    def started_only(self):
+        """The detached collectives, where the walk and the parking are empty (a step is
+        then their polls alone)."""
+        if self.queue or self.parked.waiting:
+            return None
+        return self.detached
+
     def remove(self, task) -> None:
         if task is self.last:       # (nor do these keep a finished collective's result)
             self.last = None
@@ -124,9 +131,11 @@ class PreemptivePolicy(Policy):
 
     # -- one scheduling pass -----------------------------------------------------------
     def step(self, engine) -> bool:
-        if self.parked:
+        if self.parked.waiting:     # (not Parking.__bool__: a waiter's every poll is a step)
             self.queue.extend(self.parked.all_ready())
         progressed = engine.poll_each(self.detached) if self.detached else False
+        if not self.queue:          # nothing to start, no slot held (active is in the walk)
+            return progressed
         for task in tuple(self.active):
             if task.finished:
                 continue
