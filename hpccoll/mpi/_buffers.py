@@ -14,6 +14,7 @@ from . import _calls as calls
 from ._types import MPI
 
 _ND = np.ndarray
+_IN_PLACE = MPI.IN_PLACE
 
 
 class BufferCalls:
@@ -25,47 +26,56 @@ class BufferCalls:
         self._blocking("Barrier", calls.barrier)
 
     def Bcast(self, buf, root: int = 0) -> None:
-        # the adapter's per-call cost: read, count, run (what _blocking does, unrolled)
-        if self._freed:
-            raise MPI.Exception(MPI.ERR_COMM)
+        # the adapter's per-call cost: read, count, run (what _blocking does, unrolled);
+        # the same small array again, unchanged, was read already: its Call, its
+        # communicator state, block count and counters are kept beside it (one attribute
+        # lookup on this mpi4py subclass instead of five; Free empties the list)
         last = self._last_bcast
         if (buf is last[0] and root == last[1] and buf.__class__ is _ND
                 and buf.flags.num == last[2] and buf.dtype is last[3] and buf.ndim == 1):
-            call = last[4]    # the same small array again, unchanged: read already
-        else:
-            call = self._read("Bcast", calls.bcast, (buf, root))
-            if call is calls.FORWARD:
-                self._forward("Bcast", buf, root)
-                return
-            if call.send is buf and buf.nbytes <= calls.RECENT_BYTES:
-                last[:] = buf, root, buf.flags.num, buf.dtype, call
-        self._stats["Bcast"]["native"] += 1
+            st, blocks, counts = last[5]
+            counts["native"] += 1
+            st.issue(last[4], None, blocks).wait()
+            return
+        if self._freed:
+            raise MPI.Exception(MPI.ERR_COMM)
+        call = self._read("Bcast", calls.bcast, (buf, root))
+        if call is calls.FORWARD:
+            self._forward("Bcast", buf, root)
+            return
+        counts = self._stats["Bcast"]
+        if call.send is buf and buf.nbytes <= calls.RECENT_BYTES:
+            last[:] = buf, root, buf.flags.num, buf.dtype, call, (self._st, self._blocks, counts)
+        counts["native"] += 1
         self._st.issue(call, None, self._blocks).wait()
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root: int = 0) -> None:
         self._blocking("Reduce", calls.reduce, sendbuf, recvbuf, op, root)
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
-        if self._freed:           # as Bcast: _blocking unrolled, the last Call kept
-            raise MPI.Exception(MPI.ERR_COMM)
-        last = self._last_allreduce
+        last = self._last_allreduce     # as Bcast: _blocking unrolled, the last Call kept
         if (recvbuf is last[1] and sendbuf is last[0] and op is last[2]
                 and recvbuf.__class__ is _ND and recvbuf.flags.num == last[4] and recvbuf.dtype is last[5]
-                and recvbuf.ndim == 1 and (sendbuf is MPI.IN_PLACE or (
+                and recvbuf.ndim == 1 and (sendbuf is _IN_PLACE or (
                     sendbuf.flags.num == last[3] and sendbuf.dtype is last[5]
                     and sendbuf.ndim == 1))):
-            call = last[6]
-        else:
-            call = self._read("Allreduce", calls.allreduce, (sendbuf, recvbuf, op))
-            if call is calls.FORWARD:
-                self._forward("Allreduce", sendbuf, recvbuf, op)
-                return
-            if (call.recv is recvbuf and recvbuf.nbytes <= calls.RECENT_BYTES
-                    and (call.send is sendbuf or sendbuf is MPI.IN_PLACE)):
-                last[:] = (sendbuf, recvbuf, op,
-                           0 if sendbuf is MPI.IN_PLACE else sendbuf.flags.num,
-                           recvbuf.flags.num, recvbuf.dtype, call)
-        self._stats["Allreduce"]["native"] += 1
+            st, blocks, counts = last[7]
+            counts["native"] += 1
+            st.issue(last[6], None, blocks).wait()
+            return
+        if self._freed:
+            raise MPI.Exception(MPI.ERR_COMM)
+        call = self._read("Allreduce", calls.allreduce, (sendbuf, recvbuf, op))
+        if call is calls.FORWARD:
+            self._forward("Allreduce", sendbuf, recvbuf, op)
+            return
+        counts = self._stats["Allreduce"]
+        if (call.recv is recvbuf and recvbuf.nbytes <= calls.RECENT_BYTES
+                and (call.send is sendbuf or sendbuf is _IN_PLACE)):
+            last[:] = (sendbuf, recvbuf, op,
+                       0 if sendbuf is _IN_PLACE else sendbuf.flags.num,
+                       recvbuf.flags.num, recvbuf.dtype, call, (self._st, self._blocks, counts))
+        counts["native"] += 1
         self._st.issue(call, None, self._blocks).wait()
 
     def Allgather(self, sendbuf, recvbuf) -> None:

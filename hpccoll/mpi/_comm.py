@@ -89,9 +89,10 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         self._st, self._blocks = hc._state, hc._blocks
         self._freed = False
         self._stats = defaultdict(lambda: {"native": 0, "forwarded": 0})
-        # the Call of the last small plain arrays of Bcast and Allreduce (calls.RECENT_BYTES)
-        self._last_bcast = [None, None, 0, None, None]
-        self._last_allreduce = [None, None, None, 0, 0, None, None]
+        # the Call of the last small plain arrays of Bcast and Allreduce (calls.RECENT_BYTES),
+        # with what their run needs (_buffers.py); Free empties them
+        self._last_bcast = [None] * 6
+        self._last_allreduce = [None] * 8
         self._kept: dict = {}      # method -> calls.Kept (any other message, read once)
         self._heads: dict = {}     # the lowercase methods' header buffers (_objects._headers)
 
@@ -261,6 +262,8 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
             _copy_handle(self, self._mpi)
         self._stats[name]["native"] += 1
         self._freed = True
+        self._last_bcast[:] = [None] * 6        # (a kept call would skip the _freed check)
+        self._last_allreduce[:] = [None] * 8
         self._hc.free()
 
 

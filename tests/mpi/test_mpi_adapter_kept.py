@@ -68,3 +68,26 @@ def test_nonblocking_forms_reuse_the_reading_too(adapter, world):
         x[:] = r + it
         adapter.Iallreduce([x, MPI.DOUBLE], [y, MPI.DOUBLE]).Wait()
         assert (y == n * it + n * (n - 1) // 2).all()
+
+
+def test_a_kept_call_on_a_freed_communicator_raises_mpi4pys_error(adapter, world):
+    """Allreduce and Bcast keep the last small arrays' reading with what their run needs;
+    after Free the very same arrays again raise MPI's error, as mpi4py does, and nothing
+    is issued."""
+    comm, theirs = adapter.Dup(), world.Dup()
+    x, y = np.arange(4, dtype=np.int64), np.empty(4, np.int64)
+    for _ in range(3):
+        comm.Allreduce(x, y)
+        assert y.tolist() == (np.arange(4) * world.size).tolist()
+        comm.Bcast(x, 0)
+    issued = comm.context._engine.flight.rows(0.0)
+    comm.Free()
+    theirs.Free()
+    for call in (lambda c: c.Allreduce(x, y), lambda c: c.Bcast(x, 0),
+                 lambda c: c.Allreduce(MPI.IN_PLACE, y)):
+        with pytest.raises(MPI.Exception) as want:
+            call(theirs)
+        with pytest.raises(MPI.Exception) as got:
+            call(comm)
+        assert got.value.Get_error_class() == want.value.Get_error_class()
+    assert len(comm.context._engine.flight.rows(0.0)) == len(issued)
