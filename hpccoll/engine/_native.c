@@ -183,6 +183,16 @@ static inline char *at(char *const *bufs, int64_t kind, int64_t off) {
     return kind == 3 ? (char *)(intptr_t)off : bufs[kind] + off;
 }
 
+/* Whether WAIT instruction ins holds: every flag it names has reached base + its epoch
+ * (acquire: what the peer wrote before its signal is visible once this holds) */
+static inline int wait_holds(const int64_t *ins, int64_t base) {
+    int64_t v = base + ins[1];
+    for (int64_t i = 0; i < ins[2]; i++)
+        if (__atomic_load_n((int64_t *)(intptr_t)ins[3 + i], __ATOMIC_ACQUIRE) < v)
+            return 0;
+    return 1;
+}
+
 /* run(code, pc, base, send, recv, scratch) -> (pc, flag waits passed), or None where
  * pc > 0 is a WAIT that still does not hold (nothing done, the caller's state stands)
  * Executes from instruction pc until a WAIT that does not hold or the end (pc = count). */
@@ -213,14 +223,10 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     /* most polls of a waiter find the program still waiting where it stopped: None,
      * before the call's buffers are exported (their sizes were checked by the first
      * call, at pc 0) */
-    if (pc > 0 && pc < count && code[(pc + 1) * NROW] == OP_WAIT) {
-        const int64_t *ins = code + (pc + 1) * NROW;
-        int64_t v = base + ins[1];
-        for (int64_t i = 0; i < ins[2]; i++)
-            if (__atomic_load_n((int64_t *)(intptr_t)ins[3 + i], __ATOMIC_ACQUIRE) < v) {
-                PyBuffer_Release(&cv);
-                Py_RETURN_NONE;
-            }
+    if (pc > 0 && pc < count && code[(pc + 1) * NROW] == OP_WAIT
+            && !wait_holds(code + (pc + 1) * NROW, base)) {
+        PyBuffer_Release(&cv);
+        Py_RETURN_NONE;
     }
     char *bufs[3];
     for (int i = 0; i < 3; i++) {
@@ -244,15 +250,12 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     for (; pc < count; pc++) {
         const int64_t *ins = code + (pc + 1) * NROW;
         switch (ins[0]) {
-        case OP_WAIT: {
-            int64_t v = base + ins[1];
-            for (int64_t i = 0; i < ins[2]; i++)
-                if (__atomic_load_n((int64_t *)(intptr_t)ins[3 + i], __ATOMIC_ACQUIRE) < v)
-                    goto stop;
+        case OP_WAIT:
+            if (!wait_holds(ins, base))
+                goto stop;
             __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* counter before data */
             waits++;
             break;
-        }
         case OP_SIGNAL:
             __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* data before counter */
             __atomic_store_n((int64_t *)(intptr_t)ins[2], base + ins[1], __ATOMIC_RELEASE);

@@ -194,8 +194,8 @@ class Engine:
         completed or ``timeout`` seconds passed.  First, where nobody drives, it polls
         right here (``spin_us`` of polls after the last that moved anything, then, where
         ranks outnumber cores, ``yield_polls`` polls with sched_yield between them);
-        then it takes turns with
-        other waiters and the progress thread, sleeping between fruitless passes."""
+        then it takes turns with other waiters and the progress thread, sleeping between
+        fruitless passes."""
         if self.forked is not None:
             raise self.forked
         me = get_ident()
@@ -332,7 +332,7 @@ class Engine:
             if task.finished:
                 self.retire(task)
             return progressed
-        if idle % CTL_EVERY and not self.sq and not self.started \
+        if idle % CTL_EVERY and not self.sq and not self.started and self.broken is None \
                 and self.watchdog.report is None and not self._control_tags:
             # nothing waits to start: a pass would only poll the started collectives
             # (programs among them: each may be what a peer waits for), so poll just

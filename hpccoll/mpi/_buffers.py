@@ -26,10 +26,10 @@ class BufferCalls:
         self._blocking("Barrier", calls.barrier)
 
     def Bcast(self, buf, root: int = 0) -> None:
-        # the adapter's per-call cost: read, count, run (what _blocking does, unrolled);
-        # the same small array again, unchanged, was read already: its Call, its
-        # communicator state, block count and counters are kept beside it (one attribute
-        # lookup on this mpi4py subclass instead of five; Free empties the list)
+        # the adapter's per-call cost: the same small array again, unchanged, was read
+        # already: its Call, its communicator state, block count and counters are kept
+        # beside it (one attribute lookup on this mpi4py subclass instead of five; Free
+        # empties the list); anything else goes through _blocking, which keeps it
         last = self._last_bcast
         if (buf is last[0] and root == last[1] and buf.__class__ is _ND
                 and buf.flags.num == last[2] and buf.dtype is last[3] and buf.ndim == 1):
@@ -37,23 +37,16 @@ class BufferCalls:
             counts["native"] += 1
             st.issue(last[4], None, blocks).wait()
             return
-        if self._freed:
-            raise MPI.Exception(MPI.ERR_COMM)
-        call = self._read("Bcast", calls.bcast, (buf, root))
-        if call is calls.FORWARD:
-            self._forward("Bcast", buf, root)
-            return
-        counts = self._stats["Bcast"]
-        if call.send is buf and buf.nbytes <= calls.RECENT_BYTES:
-            last[:] = buf, root, buf.flags.num, buf.dtype, call, (self._st, self._blocks, counts)
-        counts["native"] += 1
-        self._st.issue(call, None, self._blocks).wait()
+        call = self._blocking("Bcast", calls.bcast, buf, root)
+        if call is not None and call.send is buf and buf.nbytes <= calls.RECENT_BYTES:
+            last[:] = (buf, root, buf.flags.num, buf.dtype, call,
+                       (self._st, self._blocks, self._stats["Bcast"]))
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root: int = 0) -> None:
         self._blocking("Reduce", calls.reduce, sendbuf, recvbuf, op, root)
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
-        last = self._last_allreduce     # as Bcast: _blocking unrolled, the last Call kept
+        last = self._last_allreduce     # as Bcast: the last small Call kept, with its run
         if (recvbuf is last[1] and sendbuf is last[0] and op is last[2]
                 and recvbuf.__class__ is _ND and recvbuf.flags.num == last[4] and recvbuf.dtype is last[5]
                 and recvbuf.ndim == 1 and (sendbuf is _IN_PLACE or (
@@ -63,20 +56,14 @@ class BufferCalls:
             counts["native"] += 1
             st.issue(last[6], None, blocks).wait()
             return
-        if self._freed:
-            raise MPI.Exception(MPI.ERR_COMM)
-        call = self._read("Allreduce", calls.allreduce, (sendbuf, recvbuf, op))
-        if call is calls.FORWARD:
-            self._forward("Allreduce", sendbuf, recvbuf, op)
-            return
-        counts = self._stats["Allreduce"]
-        if (call.recv is recvbuf and recvbuf.nbytes <= calls.RECENT_BYTES
+        call = self._blocking("Allreduce", calls.allreduce, sendbuf, recvbuf, op)
+        if (call is not None and call.recv is recvbuf
+                and recvbuf.nbytes <= calls.RECENT_BYTES
                 and (call.send is sendbuf or sendbuf is _IN_PLACE)):
             last[:] = (sendbuf, recvbuf, op,
                        0 if sendbuf is _IN_PLACE else sendbuf.flags.num,
-                       recvbuf.flags.num, recvbuf.dtype, call, (self._st, self._blocks, counts))
-        counts["native"] += 1
-        self._st.issue(call, None, self._blocks).wait()
+                       recvbuf.flags.num, recvbuf.dtype, call,
+                       (self._st, self._blocks, self._stats["Allreduce"]))
 
     def Allgather(self, sendbuf, recvbuf) -> None:
         self._blocking("Allgather", calls.allgather, sendbuf, recvbuf)

@@ -162,16 +162,18 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         self._stats[name]["native"] += 1
         return self._hc._issue(call), None
 
-    def _blocking(self, name: str, read, *args) -> None:
-        """Run natively, waiting on the calling thread (CommState.run), or forward."""
+    def _blocking(self, name: str, read, *args):
+        """Run natively, waiting on the calling thread, and return the Call that ran; or
+        forward (None)."""
         if self._freed:
             raise MPI.Exception(MPI.ERR_COMM)
         call = self._read(name, read, args)
         if call is calls.FORWARD:
             self._forward(name, *args)
-            return
+            return None
         self._stats[name]["native"] += 1
         self._st.issue(call, None, self._blocks).wait()
+        return call
 
     def _nonblocking(self, name: str, plan, *args):
         work, request = self._run(name, plan, *args)
@@ -262,8 +264,8 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
             _copy_handle(self, self._mpi)
         self._stats[name]["native"] += 1
         self._freed = True
-        self._last_bcast[:] = [None] * 6        # (a kept call would skip the _freed check)
-        self._last_allreduce[:] = [None] * 8
+        for last in (self._last_bcast, self._last_allreduce):
+            last[:] = [None] * len(last)        # (a kept call would skip the _freed check)
         self._hc.free()
 
 
