@@ -170,6 +170,8 @@ def run(engine) -> None:
                     sleep(engine, engine.wake, min(APP_GRACE - quiet, engine._park - since))
                     continue
             with engine.lock:
+                if engine._want:
+                    continue      # a waiter came while this thread reached for the lock
                 engine.driver = me
                 try:
                     # (collectives started at issue are their waiters' until LOOSE_AGE)

@@ -36,8 +36,12 @@ def _daemon_aside(engine):
     with engine._want_lock:
         engine._want += 1
         engine._resume.clear()
-    with engine.lock:          # a pass the daemon is in finishes first
-        pass
+    # a pass the daemon is in finishes first; one it reached for before it saw _want (it
+    # re-checks under the lock) is over by the second take
+    for _ in range(2):
+        with engine.lock:
+            pass
+        time.sleep(0.001)
     try:
         yield
     finally:
