@@ -35,6 +35,7 @@ MODULES = (
     "hpccoll.mpi._comm",
     "hpccoll.mpi._codec",
     "hpccoll.mpi._objects",
+    "hpccoll.mpi._rooted",
 )
 
 ENV = "HPCCOLL_COMPILED"

@@ -168,29 +168,37 @@ class Kept:
 
     def __init__(self, args: tuple, call):
         self.args, self.call = args, call
-        self.items = tuple(tuple(a) if a.__class__ is list or a.__class__ is tuple else None
-                           for a in args)
+        # the message lists' items (a list is looked into: its items may be replaced)
+        self.lists = tuple((i, tuple(a)) for i, a in enumerate(args)
+                           if a.__class__ is list or a.__class__ is tuple)
         arrays = [a for a in args if a.__class__ is np.ndarray]
-        arrays += [x for items in self.items if items is not None for x in items
-                   if x.__class__ is np.ndarray]
-        self.arrays = tuple((a, a.flags.num, a.dtype) for a in arrays)
+        arrays += [x for _, items in self.lists for x in items if x.__class__ is np.ndarray]
+        # each array with its flags and dtype (both can change in place)
+        self.arrays = tuple(arrays)
+        self.flags = tuple(a.flags.num for a in arrays)
+        self.dtypes = tuple(a.dtype for a in arrays)
 
     def holds(self, args: tuple) -> bool:
         """The same arguments, unchanged."""
         mine = self.args
-        if len(args) != len(mine):
+        n = len(mine)
+        if len(args) != n:
             return False
-        for a, b, items in zip(args, mine, self.items):
-            if a is not b:
+        for i in range(n):
+            if args[i] is not mine[i]:
                 return False
-            if items is not None:
-                if len(a) != len(items):
+        for i, items in self.lists:
+            a = args[i]
+            n = len(items)
+            if len(a) != n:
+                return False
+            for k in range(n):
+                if a[k] is not items[k]:
                     return False
-                for x, y in zip(a, items):
-                    if x is not y:
-                        return False
-        for a, flags, dtype in self.arrays:
-            if a.flags.num != flags or a.dtype is not dtype:
+        arrays, flags, dtypes = self.arrays, self.flags, self.dtypes
+        for k in range(len(arrays)):
+            a = arrays[k]
+            if a.flags.num != flags[k] or a.dtype is not dtypes[k]:
                 return False
         return True
 

@@ -2,6 +2,7 @@
 the very same objects reuses its reading, anything changed in it is read anew.  Results
 against mpi4py's own collectives on a duplicate of the world, every iteration."""
 import mmap
+import warnings
 
 import numpy as np
 import pytest
@@ -91,3 +92,42 @@ def test_a_kept_call_on_a_freed_communicator_raises_mpi4pys_error(adapter, world
             call(comm)
         assert got.value.Get_error_class() == want.value.Get_error_class()
     assert len(comm.context._engine.flight.rows(0.0)) == len(issued)
+
+
+def test_a_kept_reading_sees_flags_and_strides_changed_in_place(adapter, world):
+    """The same arrays again reuse their reading (Gather, Scatter, Allgather: the kept
+    path every method without one of its own takes); an array made read-only, or given
+    other strides, in place, is read anew and raises or runs as mpi4py does."""
+    r, n = world.rank, world.size
+    x = np.arange(4, dtype=np.int64) + 10 * r
+    g, ref = np.zeros(4 * n, np.int64), np.zeros(4 * n, np.int64)
+    for it in range(5):
+        x += 1
+        adapter.Gather(x, g, root=it % n)
+        world.Gather(x, ref, root=it % n)
+        if r == it % n:
+            np.testing.assert_array_equal(g, ref)
+        s, t = np.zeros(4, np.int64), np.zeros(4, np.int64)
+        adapter.Scatter(g, s, root=it % n)
+        world.Scatter(ref, t, root=it % n)
+        np.testing.assert_array_equal(s, t)
+    adapter.Allgather(x, g)
+    g.flags.writeable = False
+    with pytest.raises(BufferError):
+        world.Allgather(x, g)
+    with pytest.raises(BufferError):
+        adapter.Allgather(x, g)
+    g.flags.writeable = True
+    wide = np.zeros(8 * n, np.int64)
+    view = wide[:4 * n]
+    adapter.Allgather(x, view)
+    world.Allgather(x, ref)
+    np.testing.assert_array_equal(view, ref)
+    with warnings.catch_warnings():     # (NumPy 2.4 deprecates it; it still does it)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        view.strides = (16,)            # in place: the same object, now every other entry
+    with pytest.raises(Exception) as theirs:
+        world.Allgather(x, view)
+    with pytest.raises(theirs.type):
+        adapter.Allgather(x, view)
+    assert adapter.stats["Gather"]["native"] == 5 and adapter.stats["Scatter"]["native"] == 5
