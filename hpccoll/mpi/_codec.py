@@ -78,17 +78,6 @@ _S_BYTES = _struct(f"<3q{INLINE_BYTES}s")
 _DOUBLE = _struct("<d")
 
 
-_FLOATS: dict = {}
-
-
-def floats(n: int) -> struct.Struct:
-    """Reads word 3 of n headers as floats."""
-    s = _FLOATS.get(n)
-    if s is None:
-        s = _FLOATS[n] = _struct("<" + f"24xd{INLINE_BYTES - 8}x" * n)
-    return s
-
-
 def meta(method: int, root: int) -> int:
     """Word 1: what every rank's header of one call shares (_objects._headers writes it
     out)."""
@@ -313,20 +302,48 @@ def encode_each(objs, n: int, m: int):
 
 # -- the gathered headers -------------------------------------------------------------------
 
-def same_kind(w0: int, ints: list, raw: np.ndarray, n: int):
-    """The objects of ``n`` headers whose word 0 is ``w0`` on every row, where that is a
-    number or a tuple or list of ints (read at once); None for any other kind."""
-    if w0 == INT:
-        return ints[3::WORDS]
-    if w0 == FLOAT:
-        return list(floats(n).unpack_from(raw))
-    kind = w0 & 0xFF
-    if kind == TUPLE or kind == LIST:
+class Rows:
+    """Reads n gathered headers where they hold the lowercase methods' common case: a
+    number, or a tuple or list of ints, of one kind and length on every row (read at
+    once, without turning every word into a Python int).  One per header buffer: the
+    readers, made once, are ``struct`` unpackers of these n rows."""
+
+    def __init__(self, n: int):
+        self.n = n
+        # words 0 and 1 of every row as ints, word 3 as a float: kind, call, number
+        self.lead = _struct("<" + f"2q8xd{INLINE_BYTES - 8}x" * n).unpack_from
+        self.words = [None] * (INLINE + 1)     # words 3 .. 3+k-1 as ints, by k
+
+    def read(self, raw, m: int) -> tuple:
+        """(agreed, values) of the headers in ``raw``: whether every row's call is ``m``
+        (``meta``); where it is, the rows' objects in the common case, else None."""
+        n = self.n
+        lead = self.lead(raw)
+        if lead[1::3].count(m) != n:
+            return False, None
+        w0 = lead[0]
+        if lead[0::3].count(w0) != n:
+            return True, None
+        if w0 == FLOAT:
+            return True, list(lead[2::3])
+        if w0 == INT:
+            return True, list(self._words(1)(raw))
+        kind = w0 & 0xFF
+        if kind != TUPLE and kind != LIST:
+            return True, None
         k = (w0 >> _AUX_SHIFT) & _AUX_MASK
-        if k < 0x10:                      # ints only (element codes all 0)
-            rows = [ints[WORDS * i + 3:WORDS * i + 3 + k] for i in range(n)]
-            return [tuple(r) for r in rows] if kind == TUPLE else rows
-    return None
+        if k >= 0x10:                      # an element code: not ints only
+            return True, None
+        flat = self._words(k)(raw) if k else ()
+        rows = [flat[i * k:(i + 1) * k] for i in range(n)]
+        return True, rows if kind == TUPLE else [list(r) for r in rows]
+
+    def _words(self, k: int):
+        unpack = self.words[k]
+        if unpack is None:
+            unpack = self.words[k] = _struct(
+                "<" + f"24x{k}q{INLINE_BYTES - 8 * k}x" * self.n).unpack_from
+        return unpack
 
 
 class Table:

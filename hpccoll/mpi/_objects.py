@@ -242,26 +242,24 @@ class ObjectCalls:
         n = hc.size
         heads = self._heads.get(-1)      # bcast's are kept by root
         if heads:
-            send, recv, call = heads.pop()
+            send, recv, views, rows, call = heads.pop()
         else:
             heads = self._heads.setdefault(-1, [])
             send, recv = codec.new_header(), np.empty(_WORDS * n, np.int64)
+            # (struct writes and reads them without NumPy's buffer export)
+            views = (memoryview(send), memoryview(recv))
+            rows = codec.Rows(n)
             call = Call("allgather", send, recv, _WORDS, None, 0, False, None)
-        enc = codec.encode(sendobj, m, True, send)
+        enc = codec.encode(sendobj, m, True, views[0])
         self._st.issue(call, None, self._blocks).wait()
-        ints = recv.tolist()
-        agreed = ints[1::_WORDS].count(m) == n
-        if agreed:
-            w0 = ints[0]
-            if ints[0::_WORDS].count(w0) == n:       # one kind, one length, no parts
-                values = codec.same_kind(w0, ints, recv, n)
-                if values is not None:
-                    heads.append((send, recv, call))
-                    return enc, None, values
-        table = codec.Table(recv, n, ints)
+        agreed, values = rows.read(views[1], m)
+        if values is not None:
+            heads.append((send, recv, views, rows, call))
+            return enc, None, values
+        table = codec.Table(recv, n)
         if not agreed:
             _agree(table, enc, m)
-        heads.append((send, recv, call))
+        heads.append((send, recv, views, rows, call))
         return enc, table, None
 
     def _everyone(self, hc, sendobj, method: int) -> list:
@@ -449,9 +447,12 @@ def _min(x, y):
 # without the trip through MPI.Op.__call__; found by identity (an MPI.Op is unhashable)
 _PLAIN_OPS = ((MPI.SUM, operator.add), (MPI.PROD, operator.mul), (MPI.MAX, _max),
               (MPI.MIN, _min))
+_SUM = MPI.SUM
 
 
 def _plain(op):
+    if op is _SUM:
+        return operator.add
     for mpi_op, fn in _PLAIN_OPS:
         if op is mpi_op:
             return fn
@@ -468,6 +469,8 @@ def _reduce(items: list, op):
         for x in items[1:]:
             result = op(result, x)
         return result
+    if n == 2:                  # (the whole tree, without the loops' objects)
+        return op(items[0], items[1])
     mask = 1
     while mask < n:
         for r in range(0, n - mask, 2 * mask):
