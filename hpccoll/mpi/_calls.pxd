@@ -4,7 +4,7 @@ cimport cython
 
 cdef class Kept:
     cdef public tuple args, lists, arrays, flags, dtypes
-    cdef public object call
+    cdef public object call, run
 
     @cython.locals(mine=tuple, n=Py_ssize_t, i=Py_ssize_t, k=Py_ssize_t, items=tuple,
                    arrays=tuple, flags=tuple, dtypes=tuple)

@@ -141,7 +141,7 @@ RECENT_BYTES = 64 << 10
 KEPT_METHODS = frozenset(
     prefix + name for prefix in ("", "I") for name in (
         "Barrier", "Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall",
-        "Reduce_scatter_block", "Gather", "Scatter", "Scan", "Exscan"))
+        "Reduce_scatter_block", "Gather", "Scatter", "Scan", "Exscan")) | {"barrier"}
 
 
 def _buffer_class():
@@ -168,6 +168,7 @@ class Kept:
 
     def __init__(self, args: tuple, call):
         self.args, self.call = args, call
+        self.run = None     # what its run needs (the adapter's: _comm.Comm._read)
         # the message lists' items (a list is looked into: its items may be replaced)
         self.lists = tuple((i, tuple(a)) for i, a in enumerate(args)
                            if a.__class__ is list or a.__class__ is tuple)

@@ -138,42 +138,48 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         return getattr(self._mpi, name)(*args)
 
     def _read(self, name: str, read, args: tuple):
-        """The Call of ``args`` (or FORWARD): the kept one while they are the same
-        objects, unchanged (``calls.Kept``), else ``read``'s, kept for next time."""
-        kept = self._kept.get(name)
-        if kept is not None and kept.holds(args):
-            return kept.call
+        """``args`` read anew (they are not the last ones, unchanged: ``calls.Kept``):
+        FORWARD, or a Kept of the Call the pipeline issues, with what its run needs
+        (communicator state, block count, counters); kept for next time where it may be."""
+        if self._freed:
+            raise MPI.Exception(MPI.ERR_COMM)
         call = read(self._hc, *args)
-        kept = calls.keep(name, args, call)
-        if kept is not None:
-            self._kept[name] = kept
-        else:
+        kept = None if call is calls.FORWARD else calls.keep(name, args, call)
+        if kept is None:
             self._kept.pop(name, None)
-        return call
+            if call is calls.FORWARD:
+                return call
+            kept = calls.Kept((), call)
+        else:
+            self._kept[name] = kept
+        kept.run = (self._st, self._blocks, self._stats[name])
+        return kept
 
     def _run(self, name: str, read, *args):
         """(Work, None) when it ran natively, (None, mpi4py's return value) when forwarded.
         ``read`` checks the arguments once and returns the call the pipeline issues."""
-        if self._freed:
-            raise MPI.Exception(MPI.ERR_COMM)
-        call = self._read(name, read, args)
-        if call is calls.FORWARD:
-            return None, self._forward(name, *args)
-        self._stats[name]["native"] += 1
-        return self._hc._issue(call), None
+        kept = self._kept.get(name)
+        if kept is None or not kept.holds(args):    # (Free empties the kept readings)
+            kept = self._read(name, read, args)
+            if kept is calls.FORWARD:
+                return None, self._forward(name, *args)
+        st, blocks, counts = kept.run
+        counts["native"] += 1
+        return st.issue(kept.call, None, blocks), None
 
     def _blocking(self, name: str, read, *args):
         """Run natively, waiting on the calling thread, and return the Call that ran; or
         forward (None)."""
-        if self._freed:
-            raise MPI.Exception(MPI.ERR_COMM)
-        call = self._read(name, read, args)
-        if call is calls.FORWARD:
-            self._forward(name, *args)
-            return None
-        self._stats[name]["native"] += 1
-        self._st.issue(call, None, self._blocks).wait()
-        return call
+        kept = self._kept.get(name)
+        if kept is None or not kept.holds(args):    # (Free empties the kept readings)
+            kept = self._read(name, read, args)
+            if kept is calls.FORWARD:
+                self._forward(name, *args)
+                return None
+        st, blocks, counts = kept.run
+        counts["native"] += 1
+        st.issue(kept.call, None, blocks).wait()
+        return kept.call
 
     def _nonblocking(self, name: str, plan, *args):
         work, request = self._run(name, plan, *args)
@@ -266,6 +272,7 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         self._freed = True
         for last in (self._last_bcast, self._last_allreduce):
             last[:] = [None] * len(last)        # (a kept call would skip the _freed check)
+        self._kept.clear()
         self._hc.free()
 
 
