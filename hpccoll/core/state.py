@@ -156,7 +156,9 @@ class CommState:
             self.usable()
         plan = self._plan(call, key is not None, blocks)
         engine = self.engine
-        with self.lock:
+        lock = self.lock
+        lock.acquire()      # (not a with: its __exit__ takes three arguments)
+        try:
             if key is not None:
                 task = self._keyed(plan, call, key)
             else:
@@ -193,6 +195,8 @@ class CommState:
                 # the next collective's start waits for this one's (a weak reference: a
                 # task that is gone has finished)
                 self.last = None if task.posted else _weakref(task)
+        finally:
+            lock.release()
         return task
 
     def _plan(self, call, keyed: bool, blocks):

@@ -152,7 +152,7 @@ class Engine:
             self.lock.release()
         if self._callbacks:
             self.run_callbacks()
-        self.app_active = monotonic()
+        self.app_active = task.last_progress    # (its poll just now: the clock, read once)
         return True
 
     def _admit(self, task, started: bool) -> None:
