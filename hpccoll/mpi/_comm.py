@@ -138,9 +138,13 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         return getattr(self._mpi, name)(*args)
 
     def _read(self, name: str, read, args: tuple):
-        """``args`` read anew (they are not the last ones, unchanged: ``calls.Kept``):
-        FORWARD, or a Kept of the Call the pipeline issues, with what its run needs
-        (communicator state, block count, counters); kept for next time where it may be."""
+        """FORWARD, or the Kept reading of ``args`` with what its run needs (communicator
+        state, block count, counters): the kept one while they are the last ones,
+        unchanged (``calls.Kept``; Free empties them), else read anew and kept for next
+        time where it may be."""
+        kept = self._kept.get(name)
+        if kept is not None and kept.holds(args):
+            return kept
         if self._freed:
             raise MPI.Exception(MPI.ERR_COMM)
         call = read(self._hc, *args)
@@ -158,11 +162,9 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
     def _run(self, name: str, read, *args):
         """(Work, None) when it ran natively, (None, mpi4py's return value) when forwarded.
         ``read`` checks the arguments once and returns the call the pipeline issues."""
-        kept = self._kept.get(name)
-        if kept is None or not kept.holds(args):    # (Free empties the kept readings)
-            kept = self._read(name, read, args)
-            if kept is calls.FORWARD:
-                return None, self._forward(name, *args)
+        kept = self._read(name, read, args)
+        if kept is calls.FORWARD:
+            return None, self._forward(name, *args)
         st, blocks, counts = kept.run
         counts["native"] += 1
         return st.issue(kept.call, None, blocks), None
@@ -170,12 +172,10 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
     def _blocking(self, name: str, read, *args):
         """Run natively, waiting on the calling thread, and return the Call that ran; or
         forward (None)."""
-        kept = self._kept.get(name)
-        if kept is None or not kept.holds(args):    # (Free empties the kept readings)
-            kept = self._read(name, read, args)
-            if kept is calls.FORWARD:
-                self._forward(name, *args)
-                return None
+        kept = self._read(name, read, args)
+        if kept is calls.FORWARD:
+            self._forward(name, *args)
+            return None
         st, blocks, counts = kept.run
         counts["native"] += 1
         st.issue(kept.call, None, blocks).wait()

@@ -447,12 +447,9 @@ def _min(x, y):
 # without the trip through MPI.Op.__call__; found by identity (an MPI.Op is unhashable)
 _PLAIN_OPS = ((MPI.SUM, operator.add), (MPI.PROD, operator.mul), (MPI.MAX, _max),
               (MPI.MIN, _min))
-_SUM = MPI.SUM
 
 
 def _plain(op):
-    if op is _SUM:
-        return operator.add
     for mpi_op, fn in _PLAIN_OPS:
         if op is mpi_op:
             return fn
@@ -469,12 +466,12 @@ def _reduce(items: list, op):
         for x in items[1:]:
             result = op(result, x)
         return result
-    if n == 2:                  # (the whole tree, without the loops' objects)
-        return op(items[0], items[1])
     mask = 1
     while mask < n:
-        for r in range(0, n - mask, 2 * mask):
+        r = 0
+        while r < n - mask:     # (not a range: no range object made at each level)
             items[r] = op(items[r], items[r + mask])
+            r += 2 * mask
         mask <<= 1
     return items[0]
 
