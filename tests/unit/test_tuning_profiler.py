@@ -64,7 +64,7 @@ def test_block_counts_without_the_blocks_api_are_a_clear_error():
 
 FAULT = str(Path(__file__).parents[1] / "scripts" / "tool_fault.py")
 TINY = ["--sizes", "4K", "--blocks", "default", "--repeats", "2", "--rounds", "1",
-        "--kernel-size", "32", "--contend-bytes", "1M", "--timeout", "5"]
+        "--kernel-size", "32", "--contend-bytes", "16M", "--timeout", "5"]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
