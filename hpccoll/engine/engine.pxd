@@ -11,7 +11,7 @@ cdef class Engine:
     cdef public object crosscheck, watchdog, trace, unclaimed, thread, forked
     cdef public Recorder flight
     cdef public bint early, solo, _stop, _sleeping
-    cdef public long long _want, _live, _programs, passes, parks, wakeups, switches
+    cdef public long long _want, _live, _programs, passes, parks, wakeups, switches, _steps
     cdef public long long _spin_polls, _yield_polls, spin_polls, yield_polls
     cdef public double last_progress, app_active, _served, _spin_s, spin_us, _crowd_at
     cdef public bint _adapt, crowded
@@ -25,6 +25,7 @@ cdef class Engine:
     cpdef wait(self, Task task, timeout=*)
     cpdef _spin(self, Task task, deadline)
     cpdef bint _quick(self, Task task, long long polls) except -1
+    @cython.locals(steps="long long", quiet=bint)
     cpdef bint _step(self, Task task, long long idle) except -1
     cpdef bint _alone(self, Task task) except -1
     cpdef bint _pass(self, before=*, bint quiet=*) except -1

@@ -82,6 +82,7 @@ class Engine:
         self._served = 0.0                # when control messages were last served
         # counters (per daemon)
         self.passes = self.parks = self.wakeups = 0
+        self._steps = 0                   # a waiter's steps (every CTL_EVERY-th: a pass)
         self.switches = 0
         # the waiter's spin (settings read once: attributes of a plain object per poll
         # would cost more than a poll), and whether it follows the machine's load: left
@@ -306,7 +307,11 @@ class Engine:
 
     def _step(self, task, idle: int) -> bool:
         """One poll on behalf of a waiter (the driver's lock held): ``task`` alone when it
-        is all the engine has to do, else a whole pass; True on progress."""
+        is all the engine has to do, else (where that is all a pass would do) the
+        started collectives, and a whole pass every CTL_EVERY-th step; True on progress.
+        (Counted in steps, not in fruitless ones: a program moves every few polls, and a
+        whole pass after each move cost a 64 KiB allreduce in an abba order at 4 ranks on
+        2 cores two passes, ten polls' worth, an iteration.)"""
         if self._alone(task):
             progressed = task.poll()
             if task.state is DONE or task.state is FAILED:
@@ -319,7 +324,10 @@ class Engine:
                 if self.settings.timeout is not None:
                     self.watchdog.check()
             return progressed
-        if idle % CTL_EVERY and not self._programs and task.admitted \
+        steps = self._steps + 1
+        self._steps = steps
+        quiet = steps % CTL_EVERY != 0
+        if quiet and not self._programs and task.admitted \
                 and task.t_start is not None and not task.lane.needs_slot \
                 and not task.finished:
             # MPI runs it, and everything else pending too: a test of its request
@@ -332,7 +340,7 @@ class Engine:
             if task.finished:
                 self.retire(task)
             return progressed
-        if idle % CTL_EVERY and not self.sq and not self.started and self.broken is None \
+        if quiet and not self.sq and not self.started and self.broken is None \
                 and self.watchdog.report is None and not self._control_tags:
             # nothing waits to start: a pass would only poll the started collectives
             # (programs among them: each may be what a peer waits for), so poll just
@@ -345,7 +353,7 @@ class Engine:
                     self.last_progress = monotonic()
                     return True
                 return False
-        return self._pass(None, idle % CTL_EVERY != CTL_EVERY - 1)
+        return self._pass(None, quiet)
 
     def _alone(self, task) -> bool:
         """The waited task is the only thing the engine has to do: nothing queued or
