@@ -18,7 +18,7 @@ from .. import config
 from ..config import Settings, resolve
 from ..engine import code, progress
 from ..engine.control import TAG_CLOSING
-from ..engine.crosscheck import final_check
+from ..engine.crosscheck import final_check, unseen
 from ..engine.engine import Engine
 from ..errors import (ArgumentError, ArgumentTypeError, CollectiveTimeout, ContextClosed,
                       HpcCollError, ResourcesExhausted)
@@ -403,8 +403,15 @@ class Context:
                 engine._serve_control()
             mismatches = final_check(self._ctl, states, not abandoned and engine.broken is None,
                                      time.monotonic() + wait)
-            for exc in mismatches:
-                print(f"hpccoll: rank {self.rank}: {exc}", file=sys.stderr, flush=True)
+        # a verdict that broke a communicator after its collectives completed, which no
+        # call there has raised yet and the comparison above did not raise again (a peer
+        # had seen it): this rank's caller has not heard of it
+        for st in states:
+            if unseen(st):
+                mismatches.append(st.unreported)
+                st.unreported = None
+        for exc in mismatches:
+            print(f"hpccoll: rank {self.rank}: {exc}", file=sys.stderr, flush=True)
         engine.stop()
         if synced:
             for st in states:

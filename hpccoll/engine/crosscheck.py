@@ -24,6 +24,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..base import mismatch
+from ..errors import CollectiveMismatch
 from .control import TAG_NOTE, TAG_PROBE, TAG_ROWS, TAG_VERDICT
 
 
@@ -164,7 +165,9 @@ def final_check(ctl, states, eligible: bool, deadline: float) -> list:
         led = state.ledger
         if led is None or state.size < 2:
             continue
-        skip = state.broken is not None or not eligible
+        # a communicator broken by a verdict no call has carried yet is compared again: a
+        # peer the verdict has not reached must hear of it here, not never
+        skip = (state.broken is not None and not unseen(state)) or not eligible
         mine.append((_uid(state.uid), led.seq, led.digest, int(skip)))
     table = _allgather(ctl, np.array(mine, np.int64).reshape(-1, FIELDS), deadline)
     if table is None:
@@ -194,7 +197,14 @@ def final_check(ctl, states, eligible: bool, deadline: float) -> list:
                                   if rank in state.world_ranks})
         if found is not None:
             errors.append(state.mismatch_error(*found))
+            state.unreported = None      # (raised by close() now)
     return errors
+
+
+def unseen(state) -> bool:
+    """A verdict broke ``state`` after its collectives completed and no call on it has
+    raised it yet (CommState.unreported)."""
+    return isinstance(state.unreported, CollectiveMismatch)
 
 
 def _uid(uid: str) -> int:

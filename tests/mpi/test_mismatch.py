@@ -83,6 +83,22 @@ def test_close_compares_what_was_not_compared_yet(mpi_world):
     mpi_world.Barrier()          # every rank got here: nobody was left in close()
 
 
+def test_close_raises_a_verdict_that_no_call_has_carried(mpi_world):
+    """A note finds the mismatch after its collective completed and no call follows on
+    that communicator: the verdict broke it on every rank, and close() raises it on every
+    rank (it does not vanish with the communicator it broke)."""
+    ctx = hpccoll.init(timeout=60, mismatch_every=1000, mismatch_ms=20)
+    op_mismatch(ctx.world)
+    deadline = time.monotonic() + 20
+    while ctx.world.broken is None and time.monotonic() < deadline:
+        time.sleep(0.01)         # the engine's thread notes, probes and applies the verdict
+    assert ctx.world.broken is not None
+    with pytest.raises(CollectiveMismatch) as info:
+        ctx.close()
+    check(info.value, 0)
+    mpi_world.Barrier()
+
+
 def test_a_mismatch_writes_each_ranks_flight_record(tmp_path_factory, mpi_world):
     """dump_dir: every member that detects the mismatch writes its own flight record, which
     hpccoll-report reads: the mismatched collective is the last one each rank did."""
