@@ -5,7 +5,8 @@ cdef unsigned long long MASK, _MIX
 
 
 cdef class Ledger:
-    cdef public object fps, digests, pending
+    cdef public list fps, digests
+    cdef public object pending
     cdef public unsigned long long digest
     cdef public long long every, window, seq, noted, agreed
 

@@ -8,4 +8,5 @@ cdef class Work:
     cdef public bint _done
     cdef object __weakref__
 
+    cpdef wait(self, timeout=*)
     cpdef _finish(self)

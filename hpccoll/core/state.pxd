@@ -5,7 +5,7 @@ from hpccoll.base.mismatch cimport Ledger
 from hpccoll.core.plan cimport Plan, PersistentSet
 from hpccoll.engine.engine cimport Engine
 from hpccoll.core.validate cimport Call
-from hpccoll.engine.lane cimport cell_lane, mpi_lane
+from hpccoll.engine.lane cimport cell_addresses, cell_lane, mpi_lane
 from hpccoll.engine.task cimport Task, new as new_task, started
 
 
@@ -19,6 +19,7 @@ cdef class CommState:
     cdef public long long seq, rank, size, tag_space, limit
     cdef public double noted_at
 
+    @cython.locals(seq="long long", tag="long long", gated=bint, task=Task)
     cpdef Task issue(self, Call call, key=*, blocks=*)
     cpdef Plan _plan(self, Call call, bint keyed, blocks)
     @cython.locals(pset=PersistentSet)

@@ -25,7 +25,7 @@ import numpy as np
 from ..base import mismatch
 from ..base.pool import BufferPool
 from ..engine.check import CheckLane
-from ..engine.lane import Gate, cell_lane, mpi_lane
+from ..engine.lane import Gate, cell_addresses, cell_lane, mpi_lane
 from ..engine.program import ProgramLane
 from ..engine.task import Task, new as new_task, started
 from ..errors import ArgumentError, CollectiveMismatch, ContextClosed, mpi_failure
@@ -267,7 +267,14 @@ class CommState:
             # cell sequence numbers follow issue order on the communicator, as epochs do
             area = self.shm["area"]
             area.cell_seq += 1
-            return cell_lane(plan.cells, area.cell_seq, call.send, call.recv)
+            # a Call used again (kept by the adapter or validate.Recent) passes its arrays'
+            # addresses, read at its second use; a Call used once pays nothing for them
+            addrs = call.addrs
+            if addrs is None:
+                call.addrs = ()
+            elif not addrs:
+                addrs = call.addrs = cell_addresses(call.send, call.recv)
+            return cell_lane(plan.cells, area.cell_seq, call.send, call.recv, addrs or None)
         if plan.detour is not None:
             return device.detour_lane(plan, call)
         if plan.device:

@@ -1,7 +1,7 @@
 # The typed form of core/validate.py (hpccoll/_compiled.py).
 cdef class Call:
     cdef public object coll, send, recv, count, op, root, inplace, result, device, layout
-    cdef public object fp_count, plan, plan_in
+    cdef public object fp_count, plan, plan_in, addrs
 
 
 cdef class Recent:

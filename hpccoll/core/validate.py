@@ -42,6 +42,9 @@ class Call:
         self.fp_count = fp_count    # what the mismatch check compares instead of count
         # its plan, and the plan cache it came from (CommState._plan)
         self.plan = self.plan_in = None
+        # its arrays' memory addresses, for cells: None before its first use, () after it
+        # (CommState._lane)
+        self.addrs = None
 
     @property
     def dtype(self) -> np.dtype:

@@ -455,7 +455,15 @@ static PyObject *cell_post(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     char *cell = cell_at(L, L[CF_RANK], seq);
     int64_t nbytes = L[CF_WRITE];
-    if (nbytes > 0) {
+    if (nbytes > 0 && PyLong_CheckExact(args[2])) {
+        /* an address (engine/lane.py's CellLane holds the buffer; its Call was checked to
+         * hold what the plan's layout publishes) */
+        const void *src = PyLong_AsVoidPtr(args[2]);
+        if (src == NULL)
+            return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "cell_post: "
+                                                          "a null address");
+        memcpy(cell + 8, src, (size_t)nbytes);
+    } else if (nbytes > 0) {
         Py_buffer b;
         if (PyObject_GetBuffer(args[2], &b, PyBUF_SIMPLE) < 0)
             return NULL;
@@ -505,15 +513,24 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
         int64_t result = L[CF_RESULT], block = L[CF_BLOCK];
         if (result > 0) {
             Py_buffer b;
-            if (PyObject_GetBuffer(args[2], &b, PyBUF_WRITABLE) < 0)
-                return NULL;
-            if (b.len < result) {
-                PyBuffer_Release(&b);
-                PyErr_Format(PyExc_ValueError, "cell_done: the output holds %zd bytes, the "
-                             "result %lld", b.len, (long long)result);
-                return NULL;
+            b.obj = NULL;
+            char *d;
+            if (PyLong_CheckExact(args[2])) {   /* an address: as cell_post's */
+                d = PyLong_AsVoidPtr(args[2]);
+                if (d == NULL)
+                    return PyErr_Occurred() ? NULL : PyErr_Format(
+                        PyExc_ValueError, "cell_done: a null address");
+            } else {
+                if (PyObject_GetBuffer(args[2], &b, PyBUF_WRITABLE) < 0)
+                    return NULL;
+                if (b.len < result) {
+                    PyBuffer_Release(&b);
+                    PyErr_Format(PyExc_ValueError, "cell_done: the output holds %zd bytes, "
+                                 "the result %lld", b.len, (long long)result);
+                    return NULL;
+                }
+                d = b.buf;
             }
-            char *d = b.buf;
             switch (kind) {
             case CK_ALLREDUCE:
             case CK_REDUCE:
@@ -538,11 +555,31 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
                     memcpy(d + q * block, cell_at(L, q, seq) + 8 + p * block, (size_t)block);
                 break;
             }
-            PyBuffer_Release(&b);
+            if (b.obj != NULL)
+                PyBuffer_Release(&b);
         }
     }
     __atomic_store_n(mine, seq, __ATOMIC_RELEASE);
     Py_RETURN_TRUE;
+}
+
+/* address(buffer, writable) -> int: where a buffer's memory starts (a cell call's send or
+ * receive buffer, passed to cell_post and cell_done by its caller, which holds the buffer,
+ * instead of the buffer: its export costs more than the cell's copy) */
+static PyObject *address(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "address(buffer, writable)");
+        return NULL;
+    }
+    int writable = PyObject_IsTrue(args[1]);
+    if (writable < 0)
+        return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[0], &b, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *out = PyLong_FromVoidPtr(b.buf);
+    PyBuffer_Release(&b);
+    return out;
 }
 
 /* cell_waits(layout, seq) -> list: the ranks whose cell this rank still waits for (a
@@ -607,9 +644,13 @@ static PyMethodDef methods[] = {
      "set_stream_bytes(n) -> previous: copies into a receive buffer of n bytes or more use "
      "non-temporal stores (-1: never)"},
     {"cell_post", (PyCFunction)(void (*)(void))cell_post, METH_FASTCALL,
-     "cell_post(layout, seq, send) -> bool: publish this rank's part of cell collective seq"},
+     "cell_post(layout, seq, send) -> bool: publish this rank's part of cell collective seq "
+     "(send: a buffer, or its address)"},
     {"cell_done", (PyCFunction)(void (*)(void))cell_done, METH_FASTCALL,
-     "cell_done(layout, seq, recv) -> bool: complete cell collective seq on this rank"},
+     "cell_done(layout, seq, recv) -> bool: complete cell collective seq on this rank (recv: "
+     "a buffer, or its address)"},
+    {"address", (PyCFunction)(void (*)(void))address, METH_FASTCALL,
+     "address(buffer, writable) -> int: where the buffer's memory starts"},
     {"cell_waits", (PyCFunction)(void (*)(void))cell_waits, METH_FASTCALL,
      "cell_waits(layout, seq) -> list: the ranks whose cell this rank still waits for"},
     {"handoff", (PyCFunction)(void (*)(void))handoff, METH_FASTCALL,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections import deque
 from typing import Optional
 
 from .. import h5log
@@ -33,17 +32,27 @@ SHOWN = 4          # newest entries per rank in a timeout report
 class Recorder:
 
     def __init__(self, entries: int):
-        self.ring = deque(maxlen=entries)
+        # a list written round (a deque's append is a method call; this is a store)
+        self.ring = [None] * entries
+        self.next = 0       # where the next entry goes (the oldest one, once full)
 
     def append(self, task) -> None:
-        self.ring.append((task.comm, task.seq, task.key, task.plan, task.state, task.t_issue,
-                          task.t_start, task.t_end))
+        i = self.next
+        self.ring[i] = (task.comm, task.seq, task.key, task.plan, task.state, task.t_issue,
+                        task.t_start, task.t_end)
+        i += 1
+        self.next = 0 if i == len(self.ring) else i
+
+    def entries(self) -> list:
+        """The ring's entries, oldest first."""
+        i = self.next
+        return [e for e in self.ring[i:] + self.ring[:i] if e is not None]
 
     def rows(self, epoch: float) -> list:
         """The ring, oldest first, as plain rows; ``epoch`` turns monotonic into wall-clock
         seconds (Context._epoch)."""
         out = []
-        for comm, seq, key, plan, state, t_issue, t_start, t_end in list(self.ring):
+        for comm, seq, key, plan, state, t_issue, t_start, t_end in self.entries():
             out.append({
                 "comm": comm.name, "seq": -1 if seq is None else seq,
                 "key": "" if key is None else str(key),

@@ -26,7 +26,7 @@ cdef class MpiLane(OneWait):
 
 @cython.freelist(32)
 cdef class CellLane(OneWait):
-    cdef public object layout, seq, send, recv
+    cdef public object layout, seq, send, recv, src, dst
     cdef public bint done, posted
 
     cpdef start(self)
@@ -36,5 +36,6 @@ cdef class CellLane(OneWait):
 
 cpdef MpiLane mpi_setup(MpiLane lane, recipe, send, recv, slot)
 cpdef MpiLane mpi_lane(recipe, send, recv, slot=*)
-cpdef CellLane cell_setup(CellLane lane, layout, seq, send, recv)
-cpdef CellLane cell_lane(layout, seq, send, recv)
+cpdef CellLane cell_setup(CellLane lane, layout, seq, send, recv, addrs)
+cpdef CellLane cell_lane(layout, seq, send, recv, addrs=*)
+cpdef tuple cell_addresses(send, recv)

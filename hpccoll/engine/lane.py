@@ -27,6 +27,7 @@ from .code import _native
 # own cost)
 _cell_post = _native.cell_post if _native is not None else None
 _cell_done = _native.cell_done if _native is not None else None
+_address = _native.address if _native is not None else None
 
 
 class Gate:
@@ -181,8 +182,8 @@ class CellLane(OneWait):
     at_issue = True
     program = CELLS_PROGRAM
 
-    def __init__(self, layout, seq, send, recv):
-        cell_setup(self, layout, seq, send, recv)
+    def __init__(self, layout, seq, send, recv, addrs=None):
+        cell_setup(self, layout, seq, send, recv, addrs)
 
     def start(self) -> None:
         # (a full ring, a peer that has not read the cell this one reuses: run() again;
@@ -195,10 +196,10 @@ class CellLane(OneWait):
     def finish(self) -> bool:
         """Publish, then complete where every cell this rank reads holds this seq."""
         if not self.posted:
-            self.posted = _cell_post(self.layout, self.seq, self.send)
+            self.posted = _cell_post(self.layout, self.seq, self.src)
             if not self.posted:
                 return False
-        if _cell_done(self.layout, self.seq, self.recv):
+        if _cell_done(self.layout, self.seq, self.dst):
             self.done = True
             return True
         return False
@@ -212,19 +213,31 @@ class CellLane(OneWait):
         return set(_native.cell_waits(self.layout, self.seq)), set()
 
     def release(self) -> None:
-        self.send = self.recv = None
+        self.send = self.recv = self.src = self.dst = None
 
 
-def cell_setup(lane, layout, seq, send, recv):
-    """Every field of a CellLane (its one initialisation)."""
+def cell_setup(lane, layout, seq, send, recv, addrs):
+    """Every field of a CellLane (its one initialisation).  ``addrs``: where the send and
+    receive memory start (cell_addresses), or None: the C code then reads the arrays'
+    buffers itself (a NumPy buffer export costs more than an 8 B cell's copy, so a Call
+    used again passes addresses; the lane holds the arrays either way)."""
     lane.layout, lane.seq, lane.send, lane.recv = layout, seq, send, recv
+    if addrs is None:
+        lane.src, lane.dst = send, recv
+    else:
+        lane.src, lane.dst = addrs
     lane.done = lane.posted = False
     return lane
 
 
-def cell_lane(layout, seq, send, recv):
+def cell_lane(layout, seq, send, recv, addrs=None):
     """A new CellLane: CellLane(...) without the call's argument parsing."""
-    return cell_setup(CellLane.__new__(CellLane), layout, seq, send, recv)
+    return cell_setup(CellLane.__new__(CellLane), layout, seq, send, recv, addrs)
+
+
+def cell_addresses(send, recv) -> tuple:
+    """(send, receive) memory addresses of a cell call's host arrays (cell_setup)."""
+    return _address(send, False), _address(recv, True)
 
 
 class DetourLane(OneWait):

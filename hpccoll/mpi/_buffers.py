@@ -19,17 +19,17 @@ _IN_PLACE = MPI.IN_PLACE
 
 class BufferCalls:
     """Mixed into the adapter classes: uses their ``_hc``, ``_st``, ``_blocks``,
-    ``_stats``, ``_freed``, ``_forward``, ``_blocking`` and ``_nonblocking``."""
+    ``_stats``, ``_freed``, ``_run`` (calls.Runner) and ``_nonblocking``."""
 
     # -- blocking collectives -------------------------------------------------------------
     def Barrier(self) -> None:
-        self._blocking("Barrier", calls.barrier)
+        self._run.blocking("Barrier", calls.barrier, ())
 
     def Bcast(self, buf, root: int = 0) -> None:
         # the adapter's per-call cost: the same small array again, unchanged, was read
         # already: its Call, its communicator state, block count and counters are kept
         # beside it (one attribute lookup on this mpi4py subclass instead of five; Free
-        # empties the list); anything else goes through _blocking, which keeps it
+        # empties the list); anything else goes through the Runner, which keeps it
         last = self._last_bcast
         if (buf is last[0] and root == last[1] and buf.__class__ is _ND
                 and buf.flags.num == last[2] and buf.dtype is last[3] and buf.ndim == 1):
@@ -37,13 +37,13 @@ class BufferCalls:
             counts["native"] += 1
             st.issue(last[4], None, blocks).wait()
             return
-        call = self._blocking("Bcast", calls.bcast, buf, root)
+        call = self._run.blocking("Bcast", calls.bcast, (buf, root))
         if call is not None and call.send is buf and buf.nbytes <= calls.RECENT_BYTES:
             last[:] = (buf, root, buf.flags.num, buf.dtype, call,
                        (self._st, self._blocks, self._stats["Bcast"]))
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root: int = 0) -> None:
-        self._blocking("Reduce", calls.reduce, sendbuf, recvbuf, op, root)
+        self._run.blocking("Reduce", calls.reduce, (sendbuf, recvbuf, op, root))
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
         last = self._last_allreduce     # as Bcast: the last small Call kept, with its run
@@ -56,7 +56,7 @@ class BufferCalls:
             counts["native"] += 1
             st.issue(last[6], None, blocks).wait()
             return
-        call = self._blocking("Allreduce", calls.allreduce, sendbuf, recvbuf, op)
+        call = self._run.blocking("Allreduce", calls.allreduce, (sendbuf, recvbuf, op))
         if (call is not None and call.recv is recvbuf
                 and recvbuf.nbytes <= calls.RECENT_BYTES
                 and (call.send is sendbuf or sendbuf is _IN_PLACE)):
@@ -66,22 +66,24 @@ class BufferCalls:
                        (self._st, self._blocks, self._stats["Allreduce"]))
 
     def Allgather(self, sendbuf, recvbuf) -> None:
-        self._blocking("Allgather", calls.allgather, sendbuf, recvbuf)
+        self._run.blocking("Allgather", calls.allgather, (sendbuf, recvbuf))
 
     def Allgatherv(self, sendbuf, recvbuf) -> None:
-        self._blocking("Allgatherv", calls.allgatherv, sendbuf, recvbuf)
+        self._run.blocking("Allgatherv", calls.allgatherv, (sendbuf, recvbuf))
 
     def Alltoall(self, sendbuf, recvbuf) -> None:
-        self._blocking("Alltoall", calls.alltoall, sendbuf, recvbuf)
+        self._run.blocking("Alltoall", calls.alltoall, (sendbuf, recvbuf))
 
     def Alltoallv(self, sendbuf, recvbuf) -> None:
-        self._blocking("Alltoallv", calls.alltoallv, sendbuf, recvbuf)
+        self._run.blocking("Alltoallv", calls.alltoallv, (sendbuf, recvbuf))
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
-        self._blocking("Reduce_scatter_block", calls.reduce_scatter_block, sendbuf, recvbuf, op)
+        self._run.blocking("Reduce_scatter_block", calls.reduce_scatter_block,
+                           (sendbuf, recvbuf, op))
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM) -> None:
-        self._blocking("Reduce_scatter", calls.reduce_scatter, sendbuf, recvbuf, recvcounts, op)
+        self._run.blocking("Reduce_scatter", calls.reduce_scatter,
+                           (sendbuf, recvbuf, recvcounts, op))
 
     # -- nonblocking collectives: hpccoll.mpi.Request, or MPI.Request when forwarded ----
     def Ibarrier(self):

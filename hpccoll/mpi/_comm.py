@@ -89,11 +89,11 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         self._st, self._blocks = hc._state, hc._blocks
         self._freed = False
         self._stats = defaultdict(lambda: {"native": 0, "forwarded": 0})
+        self._run = calls.Runner(hc, mpi_comm, self._stats)
         # the Call of the last small plain arrays of Bcast and Allreduce (calls.RECENT_BYTES),
         # with what their run needs (_buffers.py); Free empties them
         self._last_bcast = [None] * 6
         self._last_allreduce = [None] * 8
-        self._kept: dict = {}      # method -> calls.Kept (any other message, read once)
         self._heads: dict = {}     # the lowercase methods' header buffers (_objects._headers)
 
     def __repr__(self) -> str:
@@ -132,57 +132,20 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         return {name: dict(counts) for name, counts in self._stats.items()}
 
     # -- the engine of every native method ---------------------------------------------
+    # (calls.Runner: the methods call self._run.blocking / self._run.start themselves;
+    # these forms stay for the mixins' rarer calls)
     def _forward(self, name: str, *args):
         """The call as mpi4py runs it, on the wrapped communicator (counted)."""
-        self._stats[name]["forwarded"] += 1
-        return getattr(self._mpi, name)(*args)
-
-    def _read(self, name: str, read, args: tuple):
-        """FORWARD, or the Kept reading of ``args`` with what its run needs (communicator
-        state, block count, counters): the kept one while they are the last ones,
-        unchanged (``calls.Kept``; Free empties them), else read anew and kept for next
-        time where it may be."""
-        kept = self._kept.get(name)
-        if kept is not None and kept.holds(args):
-            return kept
-        if self._freed:
-            raise MPI.Exception(MPI.ERR_COMM)
-        call = read(self._hc, *args)
-        kept = None if call is calls.FORWARD else calls.keep(name, args, call)
-        if kept is None:
-            self._kept.pop(name, None)
-            if call is calls.FORWARD:
-                return call
-            kept = calls.Kept((), call)
-        else:
-            self._kept[name] = kept
-        kept.run = (self._st, self._blocks, self._stats[name])
-        return kept
-
-    def _run(self, name: str, read, *args):
-        """(Work, None) when it ran natively, (None, mpi4py's return value) when forwarded.
-        ``read`` checks the arguments once and returns the call the pipeline issues."""
-        kept = self._read(name, read, args)
-        if kept is calls.FORWARD:
-            return None, self._forward(name, *args)
-        st, blocks, counts = kept.run
-        counts["native"] += 1
-        return st.issue(kept.call, None, blocks), None
+        return self._run.forward(name, args)
 
     def _blocking(self, name: str, read, *args):
         """Run natively, waiting on the calling thread, and return the Call that ran; or
-        forward (None)."""
-        kept = self._read(name, read, args)
-        if kept is calls.FORWARD:
-            self._forward(name, *args)
-            return None
-        st, blocks, counts = kept.run
-        counts["native"] += 1
-        st.issue(kept.call, None, blocks).wait()
-        return kept.call
+        forward (None).  ``read`` checks the arguments once and returns the call the
+        pipeline issues."""
+        return self._run.blocking(name, read, args)
 
-    def _nonblocking(self, name: str, plan, *args):
-        work, request = self._run(name, plan, *args)
+    def _nonblocking(self, name: str, read, *args):
+        work, request = self._run.start(name, read, args)
         return Request(work) if work is not None else request
 
     # -- constructors: adapters on this context -------------------------------------------
@@ -269,10 +232,10 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
             free()     # MPI's errors (COMM_WORLD) raise here, before anything changes
             _copy_handle(self, self._mpi)
         self._stats[name]["native"] += 1
-        self._freed = True
+        self._freed = self._run.freed = True
         for last in (self._last_bcast, self._last_allreduce):
             last[:] = [None] * len(last)        # (a kept call would skip the _freed check)
-        self._kept.clear()
+        self._run.kept.clear()
         self._hc.free()
 
 

@@ -75,7 +75,7 @@ def _root(root, size: int) -> int:
 class ObjectCalls:
     """Mixed into ``hpccoll.mpi.Comm``: uses its ``_hc``, ``_st``, ``_stats``, ``_heads``,
     ``_freed``, ``_blocks`` and ``_blocking``.  Each call counts as native in ``stats``
-    once its arguments are read (a bad root raises first, as in ``_comm.Comm._run``)."""
+    once its arguments are read (a bad root raises first, as in ``calls.Runner.read``)."""
 
     # -- the methods ------------------------------------------------------------------------
     def barrier(self) -> None:

@@ -11,26 +11,26 @@ from ._types import MPI
 
 class RootedCalls:
     """Mixed into ``hpccoll.mpi.Comm``: uses its ``_hc``, ``_st``, ``_mpi``, ``_stats``,
-    ``_blocking`` and ``_nonblocking``."""
+    ``_run`` (calls.Runner) and ``_nonblocking``."""
 
     # -- blocking ----------------------------------------------------------------------
     def Gather(self, sendbuf, recvbuf, root: int = 0) -> None:
-        self._blocking("Gather", calls.gather, sendbuf, recvbuf, root)
+        self._run.blocking("Gather", calls.gather, (sendbuf, recvbuf, root))
 
     def Gatherv(self, sendbuf, recvbuf, root: int = 0) -> None:
-        self._blocking("Gatherv", calls.gatherv, sendbuf, recvbuf, root)
+        self._run.blocking("Gatherv", calls.gatherv, (sendbuf, recvbuf, root))
 
     def Scatter(self, sendbuf, recvbuf, root: int = 0) -> None:
-        self._blocking("Scatter", calls.scatter, sendbuf, recvbuf, root)
+        self._run.blocking("Scatter", calls.scatter, (sendbuf, recvbuf, root))
 
     def Scatterv(self, sendbuf, recvbuf, root: int = 0) -> None:
-        self._blocking("Scatterv", calls.scatterv, sendbuf, recvbuf, root)
+        self._run.blocking("Scatterv", calls.scatterv, (sendbuf, recvbuf, root))
 
     def Scan(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
-        self._blocking("Scan", calls.scan, sendbuf, recvbuf, op)
+        self._run.blocking("Scan", calls.scan, (sendbuf, recvbuf, op))
 
     def Exscan(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
-        self._blocking("Exscan", calls.exscan, sendbuf, recvbuf, op)
+        self._run.blocking("Exscan", calls.exscan, (sendbuf, recvbuf, op))
 
     # -- nonblocking: hpccoll.mpi.Request, or MPI.Request when forwarded -----------------
     def Igather(self, sendbuf, recvbuf, root: int = 0):
