@@ -10,3 +10,4 @@ cdef class Plan:
     cdef public object fp, fp_hash, recipe, registered, backend, blocks, ops, rt, detour
     cdef public object code, native, pset, cells
     cdef public bint shared, device, inline, reg_matters
+    cdef object __weakref__

@@ -15,7 +15,6 @@ the task; then the engine starts it on the calling thread or queues it (Engine.i
 """
 from __future__ import annotations
 
-import threading
 from functools import partial
 from typing import Optional
 from weakref import ref as _weakref
@@ -25,8 +24,8 @@ import numpy as np
 from ..base import mismatch
 from ..base.pool import BufferPool
 from ..engine.check import CheckLane
-from ..engine.lane import Gate, cell_addresses, cell_lane, mpi_lane
-from ..engine.program import ProgramLane
+from ..engine.lane import Gate, cell_addresses, cell_lane, mpi_lane, new_lock
+from ..engine.program import program_lane
 from ..engine.task import Task, new as new_task, started
 from ..errors import ArgumentError, CollectiveMismatch, ContextClosed, mpi_failure
 from ..transport import shm as shared_memory
@@ -51,7 +50,7 @@ class CommState:
         self.ctx = ctx
         self.engine = ctx._engine
         self.name, self.uid = name, uid
-        self.lock = threading.Lock()
+        self.lock = new_lock()
         self.broken: Optional[BaseException] = None
         self.unreported: Optional[BaseException] = None   # a verdict the caller has not seen
         self.freed = False
@@ -205,11 +204,14 @@ class CommState:
         where registered buffers would take shared memory (``reg_matters``)."""
         cache = self.plans
         plain = not keyed and blocks is None
+        plan = None
         if plain and call.plan_in is self.plans_token:
-            # a kept Call (validate.Recent) again: its plan, while this cache is in use (a
-            # calibration swaps the cache per candidate)
-            plan = call.plan
-        else:
+            # a kept Call (validate.Recent, the adapter's Kept) again: its plan, while this
+            # cache is in use (a calibration swaps the cache per candidate) and holds it (a
+            # weak reference: a kept Call keeps no plan alive, nor the views of the
+            # node-shared area a shared-memory plan's runtime holds)
+            plan = call.plan()
+        if plan is None:
             if not plain or call.device is not None or call.layout:
                 sig = (call.coll, call.send.dtype, call.count, call.op, call.root,
                        call.inplace, keyed, blocks, call.device is None, call.layout)
@@ -219,10 +221,8 @@ class CommState:
             plan = cache.get(sig)
             if plan is None:
                 plan = self._remember(sig, plans.make(self, call, keyed, blocks, None))
-            if plain and plan.rt is None:
-                # (not a shared-memory plan: its runtime holds views of the node-shared
-                # area, which a kept Call would keep mapped after the communicator is freed)
-                call.plan, call.plan_in = plan, self.plans_token
+            if plain:
+                call.plan, call.plan_in = _weakref(plan), self.plans_token
         if self.ctx._allocs and plan.reg_matters and not keyed and call.device is None:
             reg = plans.registered(self.ctx, call)
             if reg is not None:
@@ -284,8 +284,8 @@ class CommState:
         raw = self.pool.get(program.scratch * dt.itemsize) if program.scratch else None
         scratch = raw[:program.scratch * dt.itemsize].view(dt) if raw is not None else _NO_SCRATCH
         rt = plan.rt
-        lane = ProgramLane(program, plan.code, [call.send, call.recv, scratch], plan.op,
-                           self.data, tag, plan.ops, rt, plan.native)
+        lane = program_lane(program, plan.code, [call.send, call.recv, scratch], plan.op,
+                            self.data, tag, plan.ops, rt, plan.native)
         lane.pool, lane._pooled = self.pool, raw
         if plan.shared:
             # epochs follow issue order on the communicator: the same on every rank

@@ -40,7 +40,7 @@ class Call:
         self.device = device        # None (host), or (send DeviceArray, recv DeviceArray)
         self.layout = layout        # variable counts: extra Spec fields as (name, value) pairs
         self.fp_count = fp_count    # what the mismatch check compares instead of count
-        # its plan, and the plan cache it came from (CommState._plan)
+        # its plan (a weak reference), and the plan cache it came from (CommState._plan)
         self.plan = self.plan_in = None
         # its arrays' memory addresses, for cells: None before its first use, () after it
         # (CommState._lane)

@@ -639,6 +639,159 @@ static PyObject *handoff(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                                (t1.tv_nsec - t0.tv_nsec));
 }
 
+/* Lock: threading.Lock's acquire, release, locked and with, for the per-call path's two
+ * locks (a communicator's state, the engine's driver).  threading.Lock's acquire parses
+ * its (blocking, timeout) arguments with PyArg_ParseTupleAndKeywords on every call, about
+ * 450 instructions, twice per small collective; this one reads them by position and
+ * takes the same PyThread lock (engine/lane.py: new_lock).  A wait lets go of the GIL
+ * and is interruptible, as threading.Lock's is. */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    char locked;
+} LockObject;
+
+static PyObject *Lock_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
+        return NULL;
+    }
+    LockObject *self = (LockObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->lock = PyThread_allocate_lock();
+    self->locked = 0;
+    if (self->lock == NULL) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void Lock_dealloc(LockObject *self) {
+    if (self->lock != NULL) {
+        if (self->locked)
+            PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static double mono_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* acquire(blocking=True, timeout=-1) -> bool */
+static PyObject *Lock_acquire(LockObject *self, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames) {
+    int blocking = 1;
+    double timeout = -1;
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw > 2) {
+        PyErr_SetString(PyExc_TypeError, "acquire() takes at most 2 arguments");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs + nkw; i++) {
+        int is_timeout = i < nargs ? i == 1 : 0;
+        if (i >= nargs) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, i - nargs);
+            if (PyUnicode_CompareWithASCIIString(name, "timeout") == 0)
+                is_timeout = 1;
+            else if (PyUnicode_CompareWithASCIIString(name, "blocking") != 0) {
+                PyErr_Format(PyExc_TypeError, "acquire() got an unexpected keyword argument "
+                             "'%U'", name);
+                return NULL;
+            }
+        }
+        if (is_timeout) {
+            timeout = PyFloat_AsDouble(args[i]);
+            if (timeout == -1 && PyErr_Occurred())
+                return NULL;
+        } else if ((blocking = PyObject_IsTrue(args[i])) < 0) {
+            return NULL;
+        }
+    }
+    if (!blocking && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
+    }
+    if (timeout < 0 && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    }
+    if (timeout > (double)PY_TIMEOUT_MAX * 1e-6) {
+        PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
+        return NULL;
+    }
+    PyLockStatus r = PyThread_acquire_lock_timed(self->lock, 0, 0);
+    if (r != PY_LOCK_ACQUIRED && blocking && timeout != 0) {
+        double end = timeout < 0 ? 0 : mono_s() + timeout;
+        for (;;) {
+            PY_TIMEOUT_T us = -1;
+            if (timeout >= 0) {
+                double left = end - mono_s();
+                us = left > 0 ? (PY_TIMEOUT_T)(left * 1e6) : 0;
+            }
+            Py_BEGIN_ALLOW_THREADS
+            r = PyThread_acquire_lock_timed(self->lock, us, 1);
+            Py_END_ALLOW_THREADS
+            if (r != PY_LOCK_INTR)
+                break;
+            if (Py_MakePendingCalls() < 0)     /* a signal handler raised (Ctrl-C) */
+                return NULL;
+        }
+    }
+    if (r != PY_LOCK_ACQUIRED)
+        Py_RETURN_FALSE;
+    self->locked = 1;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *Lock_release(LockObject *self, PyObject *unused) {
+    if (!self->locked) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return NULL;
+    }
+    self->locked = 0;
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lock_enter(LockObject *self, PyObject *unused) {
+    return Lock_acquire(self, NULL, 0, NULL);
+}
+
+static PyObject *Lock_exit(LockObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return Lock_release(self, NULL);
+}
+
+static PyObject *Lock_locked(LockObject *self, PyObject *unused) {
+    return PyBool_FromLong(self->locked);
+}
+
+static PyMethodDef Lock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))Lock_acquire, METH_FASTCALL | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1) -> bool, as threading.Lock's"},
+    {"release", (PyCFunction)Lock_release, METH_NOARGS, "release(), as threading.Lock's"},
+    {"locked", (PyCFunction)Lock_locked, METH_NOARGS, "locked() -> bool"},
+    {"__enter__", (PyCFunction)Lock_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))Lock_exit, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject LockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hpccoll.engine._native.Lock",
+    .tp_basicsize = sizeof(LockObject),
+    .tp_dealloc = (destructor)Lock_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A mutex with threading.Lock's interface (acquire, release, locked, with).",
+    .tp_methods = Lock_methods,
+    .tp_new = Lock_new,
+};
+
 static PyMethodDef methods[] = {
     {"set_stream_bytes", set_stream_bytes, METH_O,
      "set_stream_bytes(n) -> previous: copies into a receive buffer of n bytes or more use "
@@ -683,9 +836,15 @@ static PyObject *names(const char *const *arr, Py_ssize_t n) {
 #define NAMES(arr) names(arr, (Py_ssize_t)(sizeof(arr) / sizeof(arr[0])))
 
 PyMODINIT_FUNC PyInit__native(void) {
+    if (PyType_Ready(&LockType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+    if (PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     PyObject *opcodes = Py_BuildValue("{sisisisisisi}", "WAIT", OP_WAIT, "SIGNAL", OP_SIGNAL,
                                       "COPY", OP_COPY, "REDUCE", OP_REDUCE, "PUBLISH",
                                       OP_PUBLISH, "READ", OP_READ);

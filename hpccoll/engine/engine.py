@@ -34,6 +34,7 @@ from . import flight, policies, progress
 from .control import HOST, PID, TAG_CLOSING, TAG_FAILED, TAG_REPORT, TAG_REPORT_REQ, Control
 from .crosscheck import CrossCheck
 from .flight import Recorder
+from .lane import new_lock
 from .task import DONE, FAILED
 from .watchdog import Watchdog
 
@@ -53,7 +54,7 @@ class Engine:
         # LOOSE_AGE old, hand them to the policy (policy.adopt)
         self.started: dict = {}
         self.wake = threading.Event()
-        self.lock = threading.Lock()      # held by whoever drives progress
+        self.lock = new_lock()            # held by whoever drives progress
         self.driver = None                # the thread holding ``lock``
         self._callbacks: deque = deque()  # (work, fns) to run once the lock is released
         self._want = 0                    # waiters that want to drive

@@ -18,6 +18,8 @@ A lane holds the caller's arrays only while the collective runs: ``release()`` d
 """
 from __future__ import annotations
 
+import threading
+
 from ..algorithms import CELLS_PROGRAM, MPI_PROGRAM
 from ..transport import mpi as transport
 from ..transport import staging
@@ -46,6 +48,14 @@ class Gate:
 
     def __repr__(self) -> str:
         return f"Gate({self.name!r}, {self.held}/{self.capacity})"
+
+
+def new_lock():
+    """A mutex for the per-call path (a communicator's state, the engine's driver):
+    ``_native.Lock``, threading.Lock's interface without the argument parsing its
+    ``acquire`` does on every call (about 450 instructions, twice per small collective),
+    or threading.Lock where the C module is not built."""
+    return _native.Lock() if _native is not None else threading.Lock()
 
 
 # One collective's kernels fill the GPU (DFCCL's model) and its staging buffers are the

@@ -10,3 +10,8 @@ cdef class ProgramLane(Lane):
 
     cpdef start(self)
     cpdef bint run(self) except -1
+
+
+cpdef ProgramLane program_setup(ProgramLane lane, program, code, bufs, op, mpi_comm, tag, ops,
+                                shm, native)
+cpdef ProgramLane program_lane(program, code, bufs, op, mpi_comm, tag, ops, shm=*, native=*)

@@ -45,26 +45,7 @@ class ProgramLane(Lane):
     at_issue = True
 
     def __init__(self, program, code, bufs, op, mpi_comm, tag, ops, shm=None, native=None):
-        self.program = program
-        self.code = code
-        self.native = native     # the same instructions for the C executor, or None
-        self.bufs = bufs
-        self._bytes = [None, None, None]   # byte views, made on first use
-        self.itemsize = np.dtype(bufs[0].dtype).itemsize
-        self.op = op
-        self.mpi = mpi_comm
-        self.tag = tag
-        self.ops = ops
-        self.pc = 0
-        self.inflight = {}      # handle -> (requests, [(kind, peer, nbytes)], finish or None)
-        self.waiting = None     # a handle (MPI transfers) or a WaitFlags (shared memory)
-        self.waits_done = 0
-        self.bytes_moved = 0
-        self.shm = shm          # the plan's Shm, where the program uses node-shared memory
-        self.base = 0           # the epoch before this collective's first (shared memory)
-        self.pool = None        # where the scratch buffer goes back to (BufferPool)
-        self._pooled = None
-        self.holds = None       # the communicator's shared slots (Gate), when it uses them
+        program_setup(self, program, code, bufs, op, mpi_comm, tag, ops, shm, native)
 
     def start(self) -> None:
         self.run()
@@ -154,6 +135,37 @@ class ProgramLane(Lane):
         for reqs, descr, _ in self.inflight.values():
             self._cancel(reqs, sum(1 for d in descr if d[0] == "recv"))
 
+
+
+def program_setup(lane, program, code, bufs, op, mpi_comm, tag, ops, shm, native):
+    """Every field of a ProgramLane (its one initialisation)."""
+    lane.program = program
+    lane.code = code
+    lane.native = native     # the same instructions for the C executor, or None
+    lane.bufs = bufs
+    lane._bytes = [None, None, None]   # byte views, made on first use
+    lane.itemsize = np.dtype(bufs[0].dtype).itemsize
+    lane.op = op
+    lane.mpi = mpi_comm
+    lane.tag = tag
+    lane.ops = ops
+    lane.pc = 0
+    lane.inflight = {}      # handle -> (requests, [(kind, peer, nbytes)], finish or None)
+    lane.waiting = None     # a handle (MPI transfers) or a WaitFlags (shared memory)
+    lane.waits_done = 0
+    lane.bytes_moved = 0
+    lane.shm = shm          # the plan's Shm, where the program uses node-shared memory
+    lane.base = 0           # the epoch before this collective's first (shared memory)
+    lane.pool = None        # where the scratch buffer goes back to (BufferPool)
+    lane._pooled = None
+    lane.holds = None       # the communicator's shared slots (Gate), when it uses them
+    return lane
+
+
+def program_lane(program, code, bufs, op, mpi_comm, tag, ops, shm=None, native=None):
+    """A new ProgramLane: ProgramLane(...) without the call's argument parsing."""
+    return program_setup(ProgramLane.__new__(ProgramLane), program, code, bufs, op, mpi_comm,
+                         tag, ops, shm, native)
 
 class Staged:
     """One Post of a device lane: transfers held back until an event recorded on
