@@ -5,9 +5,12 @@ from hpccoll.base.mismatch cimport Ledger
 from hpccoll.core.plan cimport Plan, PersistentSet
 from hpccoll.engine.engine cimport Engine
 from hpccoll.core.validate cimport Call
-from hpccoll.engine.lane cimport cell_addresses, cell_lane, mpi_lane
+from hpccoll.engine.lane cimport buffer_addresses, cell_lane, mpi_lane
 from hpccoll.engine.program cimport program_lane
 from hpccoll.engine.task cimport Task, new as new_task, started
+
+
+cpdef object addresses(Call call)
 
 
 cdef class CommState:

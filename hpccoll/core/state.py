@@ -24,7 +24,7 @@ import numpy as np
 from ..base import mismatch
 from ..base.pool import BufferPool
 from ..engine.check import CheckLane
-from ..engine.lane import Gate, cell_addresses, cell_lane, mpi_lane, new_lock
+from ..engine.lane import Gate, buffer_addresses, cell_lane, mpi_lane, new_lock
 from ..engine.program import program_lane
 from ..engine.task import Task, new as new_task, started
 from ..errors import ArgumentError, CollectiveMismatch, ContextClosed, mpi_failure
@@ -43,6 +43,21 @@ def _row(fp, seq):
 def key_hash(key: str) -> int:
     return mismatch.stable_hash(key.encode())
 
+
+
+def addresses(call):
+    """Where a Call's send and receive memory start, for the C code that runs its cells or
+    its program (the lane holds the arrays): a Call used again (kept by the adapter or
+    validate.Recent) passes addresses, read at its second use, because a NumPy buffer
+    export costs about 370 instructions; None at its first use (a Call used once pays
+    nothing for them: the C code exports the arrays)."""
+    addrs = call.addrs
+    if addrs is None:
+        call.addrs = ()
+        return None
+    if not addrs:
+        addrs = call.addrs = buffer_addresses(call.send, call.recv)
+    return addrs
 
 class CommState:
     def __init__(self, ctx, mpi_comm, name: str, uid: str):
@@ -267,14 +282,7 @@ class CommState:
             # cell sequence numbers follow issue order on the communicator, as epochs do
             area = self.shm["area"]
             area.cell_seq += 1
-            # a Call used again (kept by the adapter or validate.Recent) passes its arrays'
-            # addresses, read at its second use; a Call used once pays nothing for them
-            addrs = call.addrs
-            if addrs is None:
-                call.addrs = ()
-            elif not addrs:
-                addrs = call.addrs = cell_addresses(call.send, call.recv)
-            return cell_lane(plan.cells, area.cell_seq, call.send, call.recv, addrs or None)
+            return cell_lane(plan.cells, area.cell_seq, call.send, call.recv, addresses(call))
         if plan.detour is not None:
             return device.detour_lane(plan, call)
         if plan.device:
@@ -287,6 +295,8 @@ class CommState:
         lane = program_lane(program, plan.code, [call.send, call.recv, scratch], plan.op,
                             self.data, tag, plan.ops, rt, plan.native)
         lane.pool, lane._pooled = self.pool, raw
+        if plan.native is not None:
+            lane.addrs = addresses(call)
         if plan.shared:
             # epochs follow issue order on the communicator: the same on every rank
             area = rt.area

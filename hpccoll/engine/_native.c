@@ -232,7 +232,17 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     for (int i = 0; i < 3; i++) {
         Py_ssize_t len = 0;
         bufs[i] = NULL;
-        if (obj[i] != Py_None) {   /* (None: a reduce's recvbuf off its root) */
+        if (PyLong_CheckExact(obj[i])) {
+            /* an address (engine/program.py: a Call's arrays, checked against the plan's
+             * count when the Call was made) */
+            bufs[i] = PyLong_AsVoidPtr(obj[i]);
+            if (bufs[i] == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "native run: a null address");
+                goto fail;
+            }
+            len = (Py_ssize_t)code[1 + i];
+        } else if (obj[i] != Py_None) {   /* (None: a reduce's recvbuf off its root) */
             int flags = (i == 2 || (i == 1 && code[4])) ? PyBUF_WRITABLE : PyBUF_SIMPLE;
             if (PyObject_GetBuffer(obj[i], &bv[held], flags) < 0)
                 goto fail;
@@ -563,9 +573,12 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_TRUE;
 }
 
-/* address(buffer, writable) -> int: where a buffer's memory starts (a cell call's send or
- * receive buffer, passed to cell_post and cell_done by its caller, which holds the buffer,
- * instead of the buffer: its export costs more than the cell's copy) */
+/* address(buffer, writable) -> int: where a buffer's memory starts (a call's send or
+ * receive buffer, passed to cell_post, cell_done and run by its caller, which holds the
+ * buffer, instead of the buffer: its export costs more than an 8 B cell's copy).  Where
+ * it cannot be exported so (None, a read-only buffer asked to be writable: a broadcast's
+ * root may pass one) the buffer itself, which those calls then export themselves, with
+ * their own checks, where they use it. */
 static PyObject *address(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "address(buffer, writable)");
@@ -575,8 +588,11 @@ static PyObject *address(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if (writable < 0)
         return NULL;
     Py_buffer b;
-    if (PyObject_GetBuffer(args[0], &b, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
-        return NULL;
+    if (args[0] == Py_None ||
+            PyObject_GetBuffer(args[0], &b, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return Py_NewRef(args[0]);
+    }
     PyObject *out = PyLong_FromVoidPtr(b.buf);
     PyBuffer_Release(&b);
     return out;

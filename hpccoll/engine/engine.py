@@ -135,7 +135,8 @@ class Engine:
                             return
                     finally:
                         self.lock.release()
-                    self.run_callbacks()
+                    if self._callbacks:
+                        self.run_callbacks()
         self.sq.append(task)
         if not inline and self._sleeping:
             self.wake.set()

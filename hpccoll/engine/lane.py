@@ -228,7 +228,7 @@ class CellLane(OneWait):
 
 def cell_setup(lane, layout, seq, send, recv, addrs):
     """Every field of a CellLane (its one initialisation).  ``addrs``: where the send and
-    receive memory start (cell_addresses), or None: the C code then reads the arrays'
+    receive memory start (buffer_addresses), or None: the C code then reads the arrays'
     buffers itself (a NumPy buffer export costs more than an 8 B cell's copy, so a Call
     used again passes addresses; the lane holds the arrays either way)."""
     lane.layout, lane.seq, lane.send, lane.recv = layout, seq, send, recv
@@ -245,8 +245,9 @@ def cell_lane(layout, seq, send, recv, addrs=None):
     return cell_setup(CellLane.__new__(CellLane), layout, seq, send, recv, addrs)
 
 
-def cell_addresses(send, recv) -> tuple:
-    """(send, receive) memory addresses of a cell call's host arrays (cell_setup)."""
+def buffer_addresses(send, recv) -> tuple:
+    """(send, receive) memory addresses of a call's host arrays, for cell_setup and the C
+    executor (ProgramLane.addrs); an array that cannot be exported so stays itself."""
     return _address(send, False), _address(recv, True)
 
 

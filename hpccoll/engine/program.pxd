@@ -5,7 +5,7 @@ from hpccoll.engine.lane cimport Lane
 cdef class ProgramLane(Lane):
     # (a waiter polls every started program on each pass: its fields are read in C)
     cdef public object program, code, native, bufs, _bytes, op, mpi, tag, ops
-    cdef public object inflight, waiting, shm, pool, _pooled, holds
+    cdef public object inflight, waiting, shm, pool, _pooled, holds, addrs
     cdef public long long itemsize, pc, waits_done, bytes_moved, base
 
     cpdef start(self)

@@ -59,7 +59,11 @@ class ProgramLane(Lane):
             return _code.run(self)
         start = self.pc
         b = self.bufs
-        moved = _native.run(native, start, self.base, b[0], b[1], b[2])
+        a = self.addrs      # (the send and receive arrays' addresses: CommState._lane)
+        if a is None:
+            moved = _native.run(native, start, self.base, b[0], b[1], b[2])
+        else:
+            moved = _native.run(native, start, self.base, a[0], a[1], b[2])
         if moved is None:           # still waiting where it stopped (most polls)
             return False
         pc, waits = moved
@@ -76,7 +80,7 @@ class ProgramLane(Lane):
         if self.pool is not None and self._pooled is not None:
             self.pool.put(self._pooled)
             self._pooled = None
-        self.bufs = self._bytes = None
+        self.bufs = self._bytes = self.addrs = None
         self.shm = None
 
     @property
@@ -144,7 +148,10 @@ def program_setup(lane, program, code, bufs, op, mpi_comm, tag, ops, shm, native
     lane.native = native     # the same instructions for the C executor, or None
     lane.bufs = bufs
     lane._bytes = [None, None, None]   # byte views, made on first use
-    lane.itemsize = np.dtype(bufs[0].dtype).itemsize
+    # (the arrays' dtype is a NumPy dtype, device arrays' too: np.dtype(dt) would parse
+    # keyword arguments, isinstance(dt, np.dtype) asks its metaclass: ~1,000 and ~600
+    # instructions)
+    lane.itemsize = bufs[0].dtype.itemsize
     lane.op = op
     lane.mpi = mpi_comm
     lane.tag = tag
@@ -159,6 +166,7 @@ def program_setup(lane, program, code, bufs, op, mpi_comm, tag, ops, shm, native
     lane.pool = None        # where the scratch buffer goes back to (BufferPool)
     lane._pooled = None
     lane.holds = None       # the communicator's shared slots (Gate), when it uses them
+    lane.addrs = None       # (send, recv) addresses for the C executor, where known
     return lane
 
 
