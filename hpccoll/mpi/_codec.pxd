@@ -14,10 +14,9 @@ cpdef Encoded encode(object obj, long long m, bint out_of_band=*, object out=*)
 
 cdef class Rows:
     cdef public Py_ssize_t n
-    cdef public object lead
-    cdef public list words
+    cdef long long[::1] w
+    cdef double[::1] f
 
-    @cython.locals(n=Py_ssize_t, lead=tuple, flat=tuple, k=Py_ssize_t, i=Py_ssize_t,
-                   kind=cython.longlong, w0=object)
-    cpdef tuple read(self, raw, m)
-    cpdef object _words(self, Py_ssize_t k)
+    @cython.locals(n=Py_ssize_t, words=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, b=Py_ssize_t,
+                   k=Py_ssize_t, w0="long long", kind="long long", rows=list, row=list)
+    cpdef tuple read(self, long long m)

@@ -304,46 +304,44 @@ def encode_each(objs, n: int, m: int):
 
 class Rows:
     """Reads n gathered headers where they hold the lowercase methods' common case: a
-    number, or a tuple or list of ints, of one kind and length on every row (read at
-    once, without turning every word into a Python int).  One per header buffer: the
-    readers, made once, are ``struct`` unpackers of these n rows."""
+    number, or a tuple or list of ints, of one kind and length on every row (read in
+    place, without turning every word into a Python int).  One per header receive buffer
+    ``recv`` (int64, n rows of WORDS): its words as int64 and as float64, viewed once (in
+    the compiled form, typed views: each word read is one load)."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, recv):
         self.n = n
-        # words 0 and 1 of every row as ints, word 3 as a float: kind, call, number
-        self.lead = _struct("<" + f"2q8xd{INLINE_BYTES - 8}x" * n).unpack_from
-        self.words = [None] * (INLINE + 1)     # words 3 .. 3+k-1 as ints, by k
+        raw = memoryview(recv).cast("B")
+        self.w = raw.cast("q")
+        self.f = raw.cast("d")
 
-    def read(self, raw, m: int) -> tuple:
-        """(agreed, values) of the headers in ``raw``: whether every row's call is ``m``
-        (``meta``); where it is, the rows' objects in the common case, else None."""
-        n = self.n
-        lead = self.lead(raw)
-        if lead[1::3].count(m) != n:
-            return False, None
-        w0 = lead[0]
-        if lead[0::3].count(w0) != n:
-            return True, None
+    def read(self, m: int) -> tuple:
+        """(agreed, values) of the headers in the receive buffer: whether every row's call
+        is ``m`` (``meta``); where it is, the rows' objects in the common case, else None."""
+        n, words = self.n, WORDS
+        for i in range(n):
+            if self.w[i * words + 1] != m:
+                return False, None
+        w0 = self.w[0]
+        for i in range(1, n):
+            if self.w[i * words] != w0:
+                return True, None
         if w0 == FLOAT:
-            return True, list(lead[2::3])
+            return True, [self.f[i * words + 3] for i in range(n)]
         if w0 == INT:
-            return True, list(self._words(1)(raw))
+            return True, [self.w[i * words + 3] for i in range(n)]
         kind = w0 & 0xFF
         if kind != TUPLE and kind != LIST:
             return True, None
         k = (w0 >> _AUX_SHIFT) & _AUX_MASK
         if k >= 0x10:                      # an element code: not ints only
             return True, None
-        flat = self._words(k)(raw) if k else ()
-        rows = [flat[i * k:(i + 1) * k] for i in range(n)]
-        return True, rows if kind == TUPLE else [list(r) for r in rows]
-
-    def _words(self, k: int):
-        unpack = self.words[k]
-        if unpack is None:
-            unpack = self.words[k] = _struct(
-                "<" + f"24x{k}q{INLINE_BYTES - 8 * k}x" * self.n).unpack_from
-        return unpack
+        rows = []
+        for i in range(n):
+            b = i * words + 3
+            row = [self.w[b + j] for j in range(k)]
+            rows.append(tuple(row) if kind == TUPLE else row)
+        return True, rows
 
 
 class Table:

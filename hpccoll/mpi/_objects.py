@@ -248,11 +248,11 @@ class ObjectCalls:
             send, recv = codec.new_header(), np.empty(_WORDS * n, np.int64)
             # (struct writes and reads them without NumPy's buffer export)
             views = (memoryview(send), memoryview(recv))
-            rows = codec.Rows(n)
+            rows = codec.Rows(n, recv)
             call = Call("allgather", send, recv, _WORDS, None, 0, False, None)
         enc = codec.encode(sendobj, m, True, views[0])
         self._st.issue(call, None, self._blocks).wait()
-        agreed, values = rows.read(views[1], m)
+        agreed, values = rows.read(m)
         if values is not None:
             heads.append((send, recv, views, rows, call))
             return enc, None, values
