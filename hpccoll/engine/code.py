@@ -23,6 +23,7 @@ program.  An unknown step is an error at build time, never skipped.
 """
 from __future__ import annotations
 
+import importlib
 from functools import lru_cache
 from typing import Optional
 
@@ -68,7 +69,9 @@ def _checked(mod):
 
 
 try:                        # built at install where a C compiler is present (setup.py)
-    from . import _native as _built
+    # (the extension module itself, not the package: engine/engine.py imports the lanes,
+    # which import this module, and "from . import" would name the package)
+    _built = importlib.import_module("._native", __package__)
 except ImportError:         # pragma: no cover - depends on the install
     _native = None
 else:
