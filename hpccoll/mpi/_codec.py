@@ -162,19 +162,31 @@ def _npscalar(obj, m, out):
 _E_INT, _E_FLOAT, _E_BOOL, _E_NONE = range(4)
 
 
+def _int_words(out, w0, m, items, n):
+    """``out`` (int64[WORDS]) := w0, m, 0, the ``n`` ints of ``items`` (each within
+    int64), zeros: what ``_S_LEADING[n]`` packs, written word by word (in the compiled
+    form into a typed view: a struct call with the items as arguments cost ~2,500
+    instructions for a shape)."""
+    w = out
+    w[0] = w0
+    w[1] = m
+    w[2] = 0
+    for j in range(n):
+        w[3 + j] = items[j]
+    for j in range(3 + n, WORDS):
+        w[j] = 0
+    return out
+
+
 def _sequence(obj, m, out, kind):
     n = len(obj)
     if n > MAX_ITEMS:
         return None
     for v in obj:               # ints only (a shape): element codes all 0
-        if v.__class__ is not int:
-            break
+        if v.__class__ is not int or not _I64[0] <= v < _I64[1]:
+            break               # (an int beyond int64's range: pickled, below)
     else:
-        try:
-            _S_LEADING[n].pack_into(out, 0, kind | (n << _AUX_SHIFT), m, 0, *obj)
-            return Encoded(out)
-        except struct.error:    # an int beyond int64's range: pickled
-            return None
+        return Encoded(_int_words(out, kind | (n << _AUX_SHIFT), m, obj, n))
     aux, words, fmt = n, [], "<3q"
     for j, v in enumerate(obj):
         t = v.__class__
