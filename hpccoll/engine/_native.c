@@ -196,6 +196,30 @@ static inline int wait_holds(const int64_t *ins, int64_t base) {
 /* run(code, pc, base, send, recv, scratch) -> (pc, flag waits passed), or None where
  * pc > 0 is a WAIT that still does not hold (nothing done, the caller's state stands)
  * Executes from instruction pc until a WAIT that does not hold or the end (pc = count). */
+/* A buffer argument's memory: an int is its address (engine/lane.py and program.py pass
+ * a kept Call's arrays so: the caller holds them, checked against the plan's count when
+ * the Call was made; *len is then -1, nothing to check), anything else is exported with
+ * ``flags`` into *b (b->obj stays NULL for an address: PyBuffer_Release(b) is safe
+ * either way).  -1 with the error set. */
+static int arg_memory(PyObject *o, int flags, Py_buffer *b, char **p, Py_ssize_t *len) {
+    b->obj = NULL;
+    if (PyLong_CheckExact(o)) {
+        *p = PyLong_AsVoidPtr(o);
+        if (*p == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "a null address");
+            return -1;
+        }
+        *len = -1;
+        return 0;
+    }
+    if (PyObject_GetBuffer(o, b, flags) < 0)
+        return -1;
+    *p = b->buf;
+    *len = b->len;
+    return 0;
+}
+
 static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     /* (fast-call: a waiter calls this once per program per poll) */
     if (nargs != 6) {
@@ -232,24 +256,14 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     for (int i = 0; i < 3; i++) {
         Py_ssize_t len = 0;
         bufs[i] = NULL;
-        if (PyLong_CheckExact(obj[i])) {
-            /* an address (engine/program.py: a Call's arrays, checked against the plan's
-             * count when the Call was made) */
-            bufs[i] = PyLong_AsVoidPtr(obj[i]);
-            if (bufs[i] == NULL) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_ValueError, "native run: a null address");
-                goto fail;
-            }
-            len = (Py_ssize_t)code[1 + i];
-        } else if (obj[i] != Py_None) {   /* (None: a reduce's recvbuf off its root) */
+        if (obj[i] != Py_None) {   /* (None: a reduce's recvbuf off its root) */
             int flags = (i == 2 || (i == 1 && code[4])) ? PyBUF_WRITABLE : PyBUF_SIMPLE;
-            if (PyObject_GetBuffer(obj[i], &bv[held], flags) < 0)
+            if (arg_memory(obj[i], flags, &bv[held], &bufs[i], &len) < 0)
                 goto fail;
-            bufs[i] = bv[held].buf;
-            len = bv[held++].len;
+            if (bv[held].obj != NULL)
+                held++;
         }
-        if (len < code[1 + i]) {
+        if (len >= 0 && len < code[1 + i]) {
             PyErr_Format(PyExc_ValueError, "native run: buffer %d holds %zd bytes, the "
                          "program needs %lld", i, len, (long long)code[1 + i]);
             goto fail;
@@ -465,25 +479,19 @@ static PyObject *cell_post(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     char *cell = cell_at(L, L[CF_RANK], seq);
     int64_t nbytes = L[CF_WRITE];
-    if (nbytes > 0 && PyLong_CheckExact(args[2])) {
-        /* an address (engine/lane.py's CellLane holds the buffer; its Call was checked to
-         * hold what the plan's layout publishes) */
-        const void *src = PyLong_AsVoidPtr(args[2]);
-        if (src == NULL)
-            return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "cell_post: "
-                                                          "a null address");
-        memcpy(cell + 8, src, (size_t)nbytes);
-    } else if (nbytes > 0) {
+    if (nbytes > 0) {
         Py_buffer b;
-        if (PyObject_GetBuffer(args[2], &b, PyBUF_SIMPLE) < 0)
+        char *src;
+        Py_ssize_t len;
+        if (arg_memory(args[2], PyBUF_SIMPLE, &b, &src, &len) < 0)
             return NULL;
-        if (b.len < nbytes) {
+        if (len >= 0 && len < nbytes) {
             PyBuffer_Release(&b);
             PyErr_Format(PyExc_ValueError, "cell_post: the input holds %zd bytes, %lld are "
-                         "published", b.len, (long long)nbytes);
+                         "published", len, (long long)nbytes);
             return NULL;
         }
-        memcpy(cell + 8, b.buf, (size_t)nbytes);
+        memcpy(cell + 8, src, (size_t)nbytes);
         PyBuffer_Release(&b);
     }
     __atomic_store_n((int64_t *)cell, seq, __ATOMIC_RELEASE);
@@ -523,23 +531,15 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
         int64_t result = L[CF_RESULT], block = L[CF_BLOCK];
         if (result > 0) {
             Py_buffer b;
-            b.obj = NULL;
             char *d;
-            if (PyLong_CheckExact(args[2])) {   /* an address: as cell_post's */
-                d = PyLong_AsVoidPtr(args[2]);
-                if (d == NULL)
-                    return PyErr_Occurred() ? NULL : PyErr_Format(
-                        PyExc_ValueError, "cell_done: a null address");
-            } else {
-                if (PyObject_GetBuffer(args[2], &b, PyBUF_WRITABLE) < 0)
-                    return NULL;
-                if (b.len < result) {
-                    PyBuffer_Release(&b);
-                    PyErr_Format(PyExc_ValueError, "cell_done: the output holds %zd bytes, "
-                                 "the result %lld", b.len, (long long)result);
-                    return NULL;
-                }
-                d = b.buf;
+            Py_ssize_t len;
+            if (arg_memory(args[2], PyBUF_WRITABLE, &b, &d, &len) < 0)
+                return NULL;
+            if (len >= 0 && len < result) {
+                PyBuffer_Release(&b);
+                PyErr_Format(PyExc_ValueError, "cell_done: the output holds %zd bytes, the "
+                             "result %lld", len, (long long)result);
+                return NULL;
             }
             switch (kind) {
             case CK_ALLREDUCE:
@@ -565,8 +565,7 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
                     memcpy(d + q * block, cell_at(L, q, seq) + 8 + p * block, (size_t)block);
                 break;
             }
-            if (b.obj != NULL)
-                PyBuffer_Release(&b);
+            PyBuffer_Release(&b);
         }
     }
     __atomic_store_n(mine, seq, __ATOMIC_RELEASE);
