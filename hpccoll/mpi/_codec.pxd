@@ -10,8 +10,8 @@ cdef class Table:
     cdef public Py_ssize_t n
 
 cpdef object new_header()
-@cython.locals(w=cython.longlong[::1], j=Py_ssize_t)
-cpdef object _int_words(out, long long w0, long long m, items, Py_ssize_t n)
+@cython.locals(w=cython.longlong[::1], j=Py_ssize_t, n=Py_ssize_t)
+cpdef object _ints(out, long long w0, long long m, long long length, rest=*)
 cpdef Encoded encode(object obj, long long m, bint out_of_band=*, object out=*)
 
 cdef class Rows:

@@ -100,12 +100,19 @@ def _header(out, fmt_struct, *words) -> np.ndarray:
     return out
 
 
-_S_LEADING = [_struct(f"<{3 + k}q{8 * (INLINE - k)}x") for k in range(INLINE + 1)]
-
-
-def _ints(out, w0, m, length, *rest) -> np.ndarray:
-    """``out`` filled with these int words, then zeros."""
-    _S_LEADING[len(rest)].pack_into(out, 0, w0, m, length, *rest)
+def _ints(out, w0, m, length, rest=()) -> np.ndarray:
+    """``out`` (int64[WORDS]) := w0, m, length, the ints of ``rest`` (each within
+    int64), zeros; written word by word (in the compiled form into a typed view: a struct
+    call with the items as arguments cost ~2,500 instructions for a shape)."""
+    w = out
+    w[0] = w0
+    w[1] = m
+    w[2] = length
+    n = len(rest)
+    for j in range(n):
+        w[3 + j] = rest[j]
+    for j in range(3 + n, WORDS):
+        w[j] = 0
     return out
 
 
@@ -125,7 +132,7 @@ def _none(obj, m, out):
 
 
 def _bool(obj, m, out):
-    return Encoded(_ints(out, BOOL, m, 0, int(obj)))
+    return Encoded(_ints(out, BOOL, m, 0, (int(obj),)))
 
 
 def _float(obj, m, out):
@@ -162,22 +169,6 @@ def _npscalar(obj, m, out):
 _E_INT, _E_FLOAT, _E_BOOL, _E_NONE = range(4)
 
 
-def _int_words(out, w0, m, items, n):
-    """``out`` (int64[WORDS]) := w0, m, 0, the ``n`` ints of ``items`` (each within
-    int64), zeros: what ``_S_LEADING[n]`` packs, written word by word (in the compiled
-    form into a typed view: a struct call with the items as arguments cost ~2,500
-    instructions for a shape)."""
-    w = out
-    w[0] = w0
-    w[1] = m
-    w[2] = 0
-    for j in range(n):
-        w[3 + j] = items[j]
-    for j in range(3 + n, WORDS):
-        w[j] = 0
-    return out
-
-
 def _sequence(obj, m, out, kind):
     n = len(obj)
     if n > MAX_ITEMS:
@@ -186,7 +177,7 @@ def _sequence(obj, m, out, kind):
         if v.__class__ is not int or not _I64[0] <= v < _I64[1]:
             break               # (an int beyond int64's range: pickled, below)
     else:
-        return Encoded(_int_words(out, kind | (n << _AUX_SHIFT), m, obj, n))
+        return Encoded(_ints(out, kind | (n << _AUX_SHIFT), m, 0, obj))
     aux, words, fmt = n, [], "<3q"
     for j, v in enumerate(obj):
         t = v.__class__
@@ -224,7 +215,7 @@ def _array(obj, m, out):
     data = flat.view(np.uint8)
     aux = code | (obj.ndim << 5) | (fortran << 8)
     return Encoded(_ints(out, ARRAY | (aux << _AUX_SHIFT) | (1 << _ROUNDS_SHIFT), m, data.size,
-                         *obj.shape), (data,))
+                         obj.shape), (data,))
 
 
 def pickled(obj, m, out_of_band: bool, out) -> Encoded:
@@ -240,7 +231,7 @@ def pickled(obj, m, out_of_band: bool, out) -> Encoded:
     parts = [np.frombuffer(stream, np.uint8)]
     parts += [np.frombuffer(b, np.uint8) for b in buffers]
     w0 = PICKLED | (len(buffers) << _AUX_SHIFT) | (len(parts) << _ROUNDS_SHIFT)
-    return Encoded(_ints(out, w0, m, parts[0].size, *[p.size for p in parts[1:1 + INLINE]]),
+    return Encoded(_ints(out, w0, m, parts[0].size, [p.size for p in parts[1:1 + INLINE]]),
                    parts)
 
 
@@ -264,7 +255,7 @@ def encode(obj, m: int, out_of_band: bool = True, out=None) -> Encoded:
         _S_FLOAT.pack_into(out, 0, FLOAT, m, 0, obj)
         return Encoded(out)
     if cls is int and -0x8000000000000000 <= obj <= 0x7FFFFFFFFFFFFFFF:
-        _S_LEADING[1].pack_into(out, 0, INT, m, 0, obj)
+        _ints(out, INT, m, 0, (obj,))
         return Encoded(out)
     try:
         if cls is tuple or cls is list:     # shapes, counts
