@@ -44,7 +44,6 @@ def key_hash(key: str) -> int:
     return mismatch.stable_hash(key.encode())
 
 
-
 def addresses(call):
     """Where a Call's send and receive memory start, for the C code that runs its cells or
     its program (the lane holds the arrays): a Call used again (kept by the adapter or
@@ -58,6 +57,7 @@ def addresses(call):
     if not addrs:
         addrs = call.addrs = buffer_addresses(call.send, call.recv)
     return addrs
+
 
 class CommState:
     def __init__(self, ctx, mpi_comm, name: str, uid: str):

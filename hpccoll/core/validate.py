@@ -42,8 +42,8 @@ class Call:
         self.fp_count = fp_count    # what the mismatch check compares instead of count
         # its plan (a weak reference), and the plan cache it came from (CommState._plan)
         self.plan = self.plan_in = None
-        # its arrays' memory addresses, for cells: None before its first use, () after it
-        # (CommState._lane)
+        # its arrays' memory addresses, for the C code of cells and programs: None before
+        # its first use, () after it (core/state.py: addresses)
         self.addrs = None
 
     @property

@@ -140,7 +140,6 @@ class ProgramLane(Lane):
             self._cancel(reqs, sum(1 for d in descr if d[0] == "recv"))
 
 
-
 def program_setup(lane, program, code, bufs, op, mpi_comm, tag, ops, shm, native):
     """Every field of a ProgramLane (its one initialisation)."""
     lane.program = program
@@ -174,6 +173,7 @@ def program_lane(program, code, bufs, op, mpi_comm, tag, ops, shm=None, native=N
     """A new ProgramLane: ProgramLane(...) without the call's argument parsing."""
     return program_setup(ProgramLane.__new__(ProgramLane), program, code, bufs, op, mpi_comm,
                          tag, ops, shm, native)
+
 
 class Staged:
     """One Post of a device lane: transfers held back until an event recorded on

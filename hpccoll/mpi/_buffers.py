@@ -18,8 +18,8 @@ _IN_PLACE = MPI.IN_PLACE
 
 
 class BufferCalls:
-    """Mixed into the adapter classes: uses their ``_hc``, ``_st``, ``_blocks``,
-    ``_stats``, ``_freed``, ``_run`` (calls.Runner) and ``_nonblocking``."""
+    """Mixed into the adapter classes: uses their ``_stats``, ``_last_bcast``,
+    ``_last_allreduce``, ``_run`` (calls.Runner) and ``_nonblocking``."""
 
     # -- blocking collectives -------------------------------------------------------------
     def Barrier(self) -> None:
@@ -27,20 +27,17 @@ class BufferCalls:
 
     def Bcast(self, buf, root: int = 0) -> None:
         # the adapter's per-call cost: the same small array again, unchanged, was read
-        # already: its Call, its communicator state, block count and counters are kept
-        # beside it (one attribute lookup on this mpi4py subclass instead of five; Free
-        # empties the list); anything else goes through the Runner, which keeps it
+        # already: its Call and counters are kept beside it and the Runner runs it again
+        # (no Kept reading; Free empties the list); anything else goes through the
+        # Runner, which keeps it
         last = self._last_bcast
         if (buf is last[0] and root == last[1] and buf.__class__ is _ND
                 and buf.flags.num == last[2] and buf.dtype is last[3] and buf.ndim == 1):
-            st, blocks, counts = last[5]
-            counts["native"] += 1
-            st.issue(last[4], None, blocks).wait()
+            self._run.again(last[4], last[5])
             return
         call = self._run.blocking("Bcast", calls.bcast, (buf, root))
         if call is not None and call.send is buf and buf.nbytes <= calls.RECENT_BYTES:
-            last[:] = (buf, root, buf.flags.num, buf.dtype, call,
-                       (self._st, self._blocks, self._stats["Bcast"]))
+            last[:] = (buf, root, buf.flags.num, buf.dtype, call, self._stats["Bcast"])
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root: int = 0) -> None:
         self._run.blocking("Reduce", calls.reduce, (sendbuf, recvbuf, op, root))
@@ -52,9 +49,7 @@ class BufferCalls:
                 and recvbuf.ndim == 1 and (sendbuf is _IN_PLACE or (
                     sendbuf.flags.num == last[3] and sendbuf.dtype is last[5]
                     and sendbuf.ndim == 1))):
-            st, blocks, counts = last[7]
-            counts["native"] += 1
-            st.issue(last[6], None, blocks).wait()
+            self._run.again(last[6], last[7])
             return
         call = self._run.blocking("Allreduce", calls.allreduce, (sendbuf, recvbuf, op))
         if (call is not None and call.recv is recvbuf
@@ -62,8 +57,7 @@ class BufferCalls:
                 and (call.send is sendbuf or sendbuf is _IN_PLACE)):
             last[:] = (sendbuf, recvbuf, op,
                        0 if sendbuf is _IN_PLACE else sendbuf.flags.num,
-                       recvbuf.flags.num, recvbuf.dtype, call,
-                       (self._st, self._blocks, self._stats["Allreduce"]))
+                       recvbuf.flags.num, recvbuf.dtype, call, self._stats["Allreduce"])
 
     def Allgather(self, sendbuf, recvbuf) -> None:
         self._run.blocking("Allgather", calls.allgather, (sendbuf, recvbuf))

@@ -24,5 +24,6 @@ cdef class Runner:
     cpdef forward(self, str name, tuple args)
     @cython.locals(kept=Kept)
     cpdef blocking(self, str name, read, tuple args)
+    cpdef again(self, call, dict counts)
     @cython.locals(kept=Kept)
     cpdef tuple start(self, str name, read, tuple args)

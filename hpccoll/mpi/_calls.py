@@ -271,9 +271,14 @@ class Runner:
         if kept is None:
             self.forward(name, args)
             return None
-        kept.counts["native"] += 1
-        self.st.issue(kept.call, None, self.blocks).wait()
+        self.again(kept.call, kept.counts)
         return kept.call
+
+    def again(self, call, counts) -> None:
+        """Run ``call`` natively, waiting, counted in ``counts`` (also Bcast's and
+        Allreduce's shortcut for the same small array again: _buffers.py)."""
+        counts["native"] += 1
+        self.st.issue(call, None, self.blocks).wait()
 
     def start(self, name: str, read, args: tuple):
         """(the started collective's Work, None), or (None, mpi4py's return value) where

@@ -91,7 +91,7 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         self._stats = defaultdict(lambda: {"native": 0, "forwarded": 0})
         self._run = calls.Runner(hc, mpi_comm, self._stats)
         # the Call of the last small plain arrays of Bcast and Allreduce (calls.RECENT_BYTES),
-        # with what their run needs (_buffers.py); Free empties them
+        # with their counters (_buffers.py); Free empties them
         self._last_bcast = [None] * 6
         self._last_allreduce = [None] * 8
         self._heads: dict = {}     # the lowercase methods' header buffers (_objects._headers)
@@ -132,12 +132,7 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         return {name: dict(counts) for name, counts in self._stats.items()}
 
     # -- the engine of every native method ---------------------------------------------
-    # (calls.Runner: the methods call self._run.blocking / self._run.start themselves;
-    # these forms stay for the mixins' rarer calls)
-    def _forward(self, name: str, *args):
-        """The call as mpi4py runs it, on the wrapped communicator (counted)."""
-        return self._run.forward(name, args)
-
+    # (calls.Runner: the buffer and rooted methods call self._run.blocking themselves)
     def _blocking(self, name: str, read, *args):
         """Run natively, waiting on the calling thread, and return the Call that ran; or
         forward (None).  ``read`` checks the arguments once and returns the call the

@@ -10,8 +10,8 @@ from ._types import MPI
 
 
 class RootedCalls:
-    """Mixed into ``hpccoll.mpi.Comm``: uses its ``_hc``, ``_st``, ``_mpi``, ``_stats``,
-    ``_run`` (calls.Runner) and ``_nonblocking``."""
+    """Mixed into ``hpccoll.mpi.Comm``: uses its ``_run`` (calls.Runner) and
+    ``_nonblocking``."""
 
     # -- blocking ----------------------------------------------------------------------
     def Gather(self, sendbuf, recvbuf, root: int = 0) -> None:
