@@ -305,8 +305,10 @@ SETTINGS: tuple[Setting, ...] = (
             "(the whole "
             "result) on one node complete in one handoff through node-shared cells: each "
             "rank publishes its input with a sequence number in a ring of cells of its "
-            "own, and reads its peers' (no MPI call, no system call); 0: never.  Memory: "
-            "8 cells of this size per rank per communicator.",
+            "own, and reads its peers' (no MPI call, no system call); 0: never.  Larger "
+            "broadcasts, gathers and scatters, where the ranks may read each other's memory "
+            "(cma), publish where their input is instead, read in place (docs/performance.md"
+            ", Cells).  Memory: 8 cells of this size per rank per communicator.",
             minimum=0, parse=_parse_size, maximum=1 << 20, agree=True),
     Setting("node_size", int, None,
             "Pretend every node_size consecutive world ranks form a node (tests of the "

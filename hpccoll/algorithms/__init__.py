@@ -189,6 +189,25 @@ CMA_SCATTER = (_row(["cma"], ["registered"], above=CMA_SCATTER_BYTES),)
 # 1 MiB 114 against 180; scatter 16 KiB 27 against 71, 64 KiB 38 against 82; 1 KiB even).
 SHM_ROOTED_BYTES = 8 << 10
 SHM_ROOTED = (_row(["flat"], above=SHM_ROOTED_BYTES),)
+# Cells by reference (engine/_native.c): a broadcast's, gather's or scatter's cell holds
+# where its writer's buffer is, read in place by its readers (one system call each, no
+# program), where every rank may read the others' memory.  A writer returns once its
+# readers have read, so where readers outnumber the cores it waits for them to be
+# scheduled: it runs where it was ahead at 2 and 4 ranks (bench_adapter, 2-core VM, three
+# jobs each, against the row it replaces): gather up to 128 KiB (2 ranks: 16 KiB 1.25x
+# against 0.95x MPI's own, 128 KiB 0.89x against 0.76x; 4 ranks: 16 KiB 28 against 49 us,
+# 128 KiB 50 against 72; from 256 KiB staged shared memory, both cores copying, is ahead);
+# broadcast above 128 KiB to 1 MiB (MPI's own there: 2 ranks 256 KiB 43 against 51 us,
+# 512 KiB 71 against 84; 4 ranks 121 against 140, 164 against 193; below, the root's copy
+# into its slot lets it return before its readers: 4 ranks 16 KiB 22 against 44 us);
+# scatter above 256 KiB, in place of the single-copy program (2 ranks 512 KiB 39 against
+# 41 us, 1 MiB 1.17x against 1.03x, 16 MiB 1.58x against 1.08x; 4 ranks 512 KiB 60
+# against 70 us; below, staged: 4 ranks 16 KiB 8.7 against 29 us).
+REF_GATHER_BYTES = 128 << 10
+REF_BCAST_BYTES = 1 << 20
+GATHER_CELLS = CELLS + (_row(["cells", "cma"], above="cell_bytes", upto=REF_GATHER_BYTES),)
+BCAST_CELLS = CELLS + (_row(["cells", "cma"], above=BCAST_C_BYTES, upto=REF_BCAST_BYTES),)
+SCATTER_CELLS = CELLS + (_row(["cells", "cma"], above=CMA_SCATTER_BYTES),)
 # allgather, broadcast, reduce_scatter through single copy were nowhere ahead of the
 # built-in choice in every job (2 ranks: allgather 1 MiB 290-346 against 207-232 us
 # through MPI's own; broadcast within 5% of MPI's own; reduce_scatter behind staged
@@ -220,7 +239,7 @@ TABLE: dict[str, list[tuple[str, tuple, Callable]]] = {
     "reduce": [("cells", CELLS, NO_STEPS), ("mpi", TINY, NO_STEPS),
                ("shm", SHM_STAGED, shm.reduce),
                ("binomial", SMALL, tree.reduce), ("ring", ALWAYS, ring.reduce)],
-    "broadcast": [("cells", CELLS, NO_STEPS), ("cma", PICKED, cma.broadcast),
+    "broadcast": [("cells", BCAST_CELLS, NO_STEPS), ("cma", PICKED, cma.broadcast),
                   ("mpi", BCAST, NO_STEPS), ("shm", SHM_STAGED, shm.broadcast),
                   ("binomial", SMALL, tree.broadcast), ("chain", ALWAYS, tree.broadcast_chain)],
     "allgather": [("cells", CELLS, NO_STEPS), ("cma", PICKED, cma.allgather),
@@ -243,11 +262,11 @@ TABLE: dict[str, list[tuple[str, tuple, Callable]]] = {
     # node, else MPI's own wherever it can run them (they move each block once, as
     # hpccoll's would, with less Python per call); hpccoll's own for the rest (float16,
     # bfloat16, keyed calls, ops MPI lacks)
-    "gather": [("cells", CELLS, NO_STEPS),
+    "gather": [("cells", GATHER_CELLS, NO_STEPS),
                ("cma", CMA_GATHER, cma.gather), ("shm", SHM_ROOTED, shm.gather),
                ("mpi", NATIVE, NO_STEPS),
                ("binomial", SMALL, tree.gather), ("linear", ALWAYS, linear.gather)],
-    "scatter": [("cells", CELLS, NO_STEPS),
+    "scatter": [("cells", SCATTER_CELLS, NO_STEPS),
                 ("cma", CMA_SCATTER, cma.scatter), ("shm", SHM_ROOTED, shm.scatter),
                 ("mpi", NATIVE, NO_STEPS),
                 ("binomial", SMALL, tree.scatter), ("linear", ALWAYS, linear.scatter)],

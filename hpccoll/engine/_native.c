@@ -371,6 +371,14 @@ static PyObject *set_stream_bytes(PyObject *self, PyObject *arg) {
  * seq - ring or seq, never a later one.  No fence and no system call on the path: on
  * x86-64 release and acquire are plain moves.
  *
+ * By reference (REF; a broadcast, gather or scatter larger than a cell, where every rank may
+ * read the others' memory): a cell holds the writer's process id and the address of its
+ * buffer instead of the data; a reader reads what it takes straight from there (one copy,
+ * process_vm_readv) before it stores its DONE.  A writer's buffer must stay as it is until
+ * every rank that reads it has done so: its done also waits, after its own reads and DONE,
+ * for every such reader's DONE >= seq (its DONE at seq or later already: only that wait is
+ * left; this rank's later cells may have completed their reads meanwhile).
+ *
  * The layout (int64 words, CELL_FIELDS below, then the n ring bases, the n DONE addresses
  * and this rank's SEEN word) is made once per plan by engine/code.py, which checks these
  * names at import. */
@@ -380,10 +388,10 @@ static const char *const CELL_KIND_NAMES[] = {"allreduce", "reduce", "broadcast"
                                               "reduce_scatter", "alltoall", "barrier",
                                               "gather", "scatter"};
 enum { CF_MAGIC, CF_KIND, CF_RANK, CF_N, CF_ROOT, CF_RING, CF_STRIDE, CF_WRITE, CF_BLOCK,
-       CF_FN, CF_COUNT, CF_RESULT, CF_HEADER };
+       CF_FN, CF_COUNT, CF_RESULT, CF_REF, CF_PID, CF_HEADER };
 static const char *const CELL_FIELD_NAMES[] = {"magic", "kind", "rank", "n", "root", "ring",
                                                "stride", "write", "block", "fn", "count",
-                                               "result"};
+                                               "result", "ref", "pid"};
 #define CELL_MAGIC 0x63656c6c  /* "cell" */
 
 static const int64_t *cell_layout(PyObject *o) {
@@ -395,7 +403,10 @@ static const int64_t *cell_layout(PyObject *o) {
     Py_ssize_t words = PyBytes_GET_SIZE(o) / 8;
     if (words < CF_HEADER || L[CF_MAGIC] != CELL_MAGIC || L[CF_N] < 1 ||
         words != CF_HEADER + 2 * L[CF_N] + 1 || L[CF_KIND] < 0 || L[CF_KIND] >= CK_COUNT ||
-        L[CF_RING] < 2 || L[CF_RANK] < 0 || L[CF_RANK] >= L[CF_N]) {
+        L[CF_RING] < 2 || L[CF_RANK] < 0 || L[CF_RANK] >= L[CF_N] ||
+        (L[CF_REF] && (L[CF_STRIDE] < 24 || (L[CF_KIND] != CK_BROADCAST &&
+                                             L[CF_KIND] != CK_GATHER &&
+                                             L[CF_KIND] != CK_SCATTER)))) {
         PyErr_SetString(PyExc_ValueError, "cells: not a cell layout");
         return NULL;
     }
@@ -455,6 +466,45 @@ static inline int64_t *seen_at(const int64_t *L) {
     return (int64_t *)(intptr_t)L[CF_HEADER + 2 * L[CF_N]];
 }
 
+/* The ranks that read this rank's buffer by reference: [*q0, *q1) but this rank (a
+ * gather's root reads every other rank's; every other rank reads a broadcast's or a
+ * scatter's root's) */
+static inline void ref_readers(const int64_t *L, int64_t *q0, int64_t *q1) {
+    int64_t p = L[CF_RANK], root = L[CF_ROOT];
+    *q0 = *q1 = 0;
+    if (!L[CF_REF])
+        return;
+    if (L[CF_KIND] == CK_GATHER) {
+        if (p != root)
+            *q0 = root, *q1 = root + 1;
+    } else if (p == root) {
+        *q1 = L[CF_N];
+    }
+}
+
+/* n bytes at offset off of the buffer rank q's cell seq refers to, into d (this rank's
+ * own: a local copy, none where it is d itself, an in-place root's block).  0, or -1 with
+ * the error set. */
+static int ref_read(const int64_t *L, int64_t q, int64_t seq, char *d, int64_t off,
+                    int64_t n) {
+    const int64_t *c = (const int64_t *)cell_at(L, q, seq);
+    char *src = (char *)(intptr_t)c[2] + off;
+    if (q == L[CF_RANK]) {
+        if (src != d)
+            memmove(d, src, (size_t)n);
+        return 0;
+    }
+    int err = read_peer(d, c[1], (int64_t)(intptr_t)src, n);
+    if (err) {
+        errno = err;
+        PyErr_Format(PyExc_OSError, "cells: process_vm_readv of %lld bytes from rank %lld "
+                     "(process %lld): %s", (long long)n, (long long)q, (long long)c[1],
+                     strerror(err));
+        return -1;
+    }
+    return 0;
+}
+
 /* cell_post(layout, seq, send) -> bool: this rank's part published (False: the ring is
  * full, a peer has not read the cell yet; try again) */
 static PyObject *cell_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -491,7 +541,12 @@ static PyObject *cell_post(PyObject *self, PyObject *const *args, Py_ssize_t nar
                          "published", len, (long long)nbytes);
             return NULL;
         }
-        memcpy(cell + 8, src, (size_t)nbytes);
+        if (L[CF_REF]) {   /* (the buffer's owner, the lane, holds it meanwhile) */
+            ((int64_t *)cell)[1] = L[CF_PID];
+            ((int64_t *)cell)[2] = (int64_t)(intptr_t)src;
+        } else {
+            memcpy(cell + 8, src, (size_t)nbytes);
+        }
         PyBuffer_Release(&b);
     }
     __atomic_store_n((int64_t *)cell, seq, __ATOMIC_RELEASE);
@@ -520,6 +575,8 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     int64_t n = L[CF_N], p = L[CF_RANK];
     int64_t *mine = done_at(L, p);
+    if (*mine >= seq && L[CF_REF])
+        goto readers;          /* read already (later cells maybe too): its readers left */
     if (*mine != seq - 1)      /* (only this rank writes it) */
         Py_RETURN_FALSE;
     if (cell_reads(L)) {
@@ -540,6 +597,25 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 PyErr_Format(PyExc_ValueError, "cell_done: the output holds %zd bytes, the "
                              "result %lld", len, (long long)result);
                 return NULL;
+            }
+            int failed = 0;
+            if (L[CF_REF]) {
+                switch (kind) {
+                case CK_BROADCAST:
+                    failed = ref_read(L, q0, seq, d, 0, result);
+                    break;
+                case CK_SCATTER:
+                    failed = ref_read(L, q0, seq, d, p * block, block);
+                    break;
+                case CK_GATHER:
+                    for (int64_t q = 0; q < n && !failed; q++)
+                        failed = ref_read(L, q, seq, d + q * block, 0, block);
+                    break;
+                }
+                PyBuffer_Release(&b);
+                if (failed)
+                    return NULL;
+                goto read;
             }
             switch (kind) {
             case CK_ALLREDUCE:
@@ -568,7 +644,15 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
             PyBuffer_Release(&b);
         }
     }
+read:
     __atomic_store_n(mine, seq, __ATOMIC_RELEASE);
+readers: {
+        int64_t q0, q1;
+        ref_readers(L, &q0, &q1);
+        for (int64_t q = q0; q < q1; q++)
+            if (q != p && __atomic_load_n(done_at(L, q), __ATOMIC_ACQUIRE) < seq)
+                Py_RETURN_FALSE;
+    }
     Py_RETURN_TRUE;
 }
 
@@ -597,19 +681,28 @@ static PyObject *address(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return out;
 }
 
-/* cell_waits(layout, seq) -> list: the ranks whose cell this rank still waits for (a
- * report's pending peers) */
+/* cell_waits(layout, seq) -> list: the ranks whose cell this rank still waits for, or
+ * by reference, once its own reads are done, the ranks that have not read its buffer yet
+ * (a report's pending peers) */
 static PyObject *cell_waits(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     int64_t seq, q0, q1;
     const int64_t *L = cell_args(args, nargs, 2, "cell_waits(layout, seq)", &seq);
     if (L == NULL)
         return NULL;
     PyObject *out = PyList_New(0);
-    if (out == NULL || !cell_reads(L))
+    int64_t p = L[CF_RANK];
+    int readers = L[CF_REF] && (!cell_reads(L) || *done_at(L, p) >= seq);
+    if (out == NULL || !(readers || cell_reads(L)))
         return out;
-    cell_span(L, &q0, &q1);
+    if (readers)
+        ref_readers(L, &q0, &q1);
+    else
+        cell_span(L, &q0, &q1);
     for (int64_t q = q0; q < q1; q++) {
-        if (__atomic_load_n((int64_t *)cell_at(L, q, seq), __ATOMIC_ACQUIRE) != seq) {
+        int waits = readers
+            ? q != p && __atomic_load_n(done_at(L, q), __ATOMIC_ACQUIRE) < seq
+            : __atomic_load_n((int64_t *)cell_at(L, q, seq), __ATOMIC_ACQUIRE) != seq;
+        if (waits) {
             PyObject *v = PyLong_FromLongLong(q);
             if (v == NULL || PyList_Append(out, v) < 0) {
                 Py_XDECREF(v);

@@ -24,6 +24,7 @@ program.  An unknown step is an error at build time, never skipped.
 from __future__ import annotations
 
 import importlib
+import os
 from functools import lru_cache
 from typing import Optional
 
@@ -52,7 +53,10 @@ NATIVE_OPS = ("sum", "prod", "max", "min")
 CELL_KINDS = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
               "barrier", "gather", "scatter")
 CELL_FIELDS = ("magic", "kind", "rank", "n", "root", "ring", "stride", "write", "block", "fn",
-               "count", "result")
+               "count", "result", "ref", "pid")
+# larger than a cell, these cells hold the address of the writer's buffer, which the
+# readers read in place (single copy: where the node's ranks may read each other's memory)
+REF_KINDS = ("broadcast", "gather", "scatter")
 
 
 def _checked(mod):
@@ -260,7 +264,8 @@ def cells_layout(area, coll: str, root: int, count: int, dtype: np.dtype,
     """The layout of a cell collective for _native.cell_post and cell_done (CELL_FIELDS,
     then every rank's ring of cells and DONE word, then this rank's SEEN word), or None
     where cells cannot run it: no C module, a reduction it lacks, or more input than a
-    cell holds.  ``count``: elements
+    cell holds (except a broadcast, gather or scatter where the node's ranks may read each
+    other's memory: its cells then hold where the input is, ``ref``).  ``count``: elements
     per rank's block (the collective's count)."""
     if _native is None or coll not in CELL_KINDS or area is None or not area.cell_bytes:
         return None
@@ -272,7 +277,8 @@ def cells_layout(area, coll: str, root: int, count: int, dtype: np.dtype,
     whole = {"allreduce": block, "reduce": block, "broadcast": block,
              "allgather": block, "reduce_scatter": n * block, "alltoall": n * block,
              "barrier": 0, "gather": block, "scatter": n * block}[coll]
-    if whole > area.cell_bytes:
+    ref = whole > area.cell_bytes
+    if ref and not (area.cma and coll in REF_KINDS):
         return None
     result = {"allreduce": block, "reduce": block if p == root else 0,
               "broadcast": block if p != root else 0, "allgather": n * block,
@@ -281,7 +287,8 @@ def cells_layout(area, coll: str, root: int, count: int, dtype: np.dtype,
     fn = _fn(dtype, op) if op is not None else -1
     head = dict(magic=_native.CELL_MAGIC, kind=CELL_KINDS.index(coll), rank=p, n=n,
                 root=root, ring=CELL_RING, stride=area.cell_stride, write=whole,
-                block=block, fn=fn, count=count, result=result)
+                block=block, fn=fn, count=count, result=result, ref=int(ref),
+                pid=os.getpid())
     words = [head[f] for f in CELL_FIELDS]
     words += [area.cells(q) for q in range(n)] + [area.done_word(q) for q in range(n)]
     words.append(area.seen_word())

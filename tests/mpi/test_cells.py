@@ -3,7 +3,8 @@ engine/_native.c).  Every collective cells run (allreduce, reduce, reduce_scatte
 broadcast, allgather, alltoall, gather, scatter, barrier), for every dtype and op, in place and out,
 against the MPI library's own (exact: integer-valued data); back to back on several
 communicators in opposite orders, more at once than a ring holds, a rank late by 100 ms,
-and a mismatch between ranks.  (A rank killed mid-collective: tests/unit/test_cells_kill.py.)"""
+and a mismatch between ranks; larger broadcasts, gathers and scatters by reference, the
+same ways.  (A rank stopped or killed mid-collective: tests/unit/test_cells_fault.py.)"""
 import time
 
 import numpy as np
@@ -215,3 +216,132 @@ def test_ranks_calling_different_cell_collectives_get_a_mismatch_not_silent_data
         work = w.allreduce(x) if w.rank == 0 else w.broadcast(x, root=0)
         with pytest.raises(hpccoll.CollectiveMismatch):
             work.wait(timeout=20)
+
+
+# -- by reference: a broadcast, gather or scatter larger than a cell -------------------
+
+def by_reference(ctx):
+    """Whether cells run large broadcasts, gathers and scatters by reference here (every
+    rank may read the others' memory)."""
+    return expect_cells(ctx, "broadcast", np.uint8) and ctx.world._state.shm["area"].cma
+
+
+def ref_counts(ctx, itemsize):
+    """Elements per block around and inside the table's by-reference rows at 2 to 4 ranks
+    (algorithms/__init__.py; their bounds are the whole message: the root's buffer)."""
+    cell = ctx.settings.cell_bytes
+    return sorted({cell // itemsize + 1, 3 * cell // itemsize + 5, (20 << 10) // itemsize,
+                   (200 << 10) // itemsize + 3})
+
+
+def ref_gather_count(ctx, itemsize):
+    """A block a gather moves by reference (more than a cell, a whole of at most
+    REF_GATHER_BYTES at 4 ranks)."""
+    return ctx.settings.cell_bytes // itemsize + 3
+
+
+def ref_bcast_count(itemsize):
+    """A broadcast by reference (above BCAST_C_BYTES)."""
+    return (160 << 10) // itemsize + 1
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float64, np.float16])
+def test_by_reference_broadcast_gather_scatter_exact(cctx, mpi_world, dtype):
+    """Every root, in place and out, against the MPI library's own; the by-reference
+    cells take part where the table has them (the layout says so)."""
+    w = cctx.world
+    n, r = w.size, w.rank
+    cctx.trace(clear=True)
+    raw = np.uint16 if dtype == np.float16 else dtype     # MPI moves the bits
+    for count in ref_counts(cctx, np.dtype(dtype).itemsize):
+        x = data(count, r, dtype, salt=count)
+        for root in range(n):
+            got = w.broadcast(x.copy(), root=root).wait()
+            want = x.copy()
+            mpi_world.Bcast(want.view(raw), root=root)
+            np.testing.assert_array_equal(got, want)
+            want = np.zeros(n * count, dtype) if r == root else None
+            mpi_world.Gather(x.view(raw), None if want is None else want.view(raw), root=root)
+            got = w.gather(x, root=root).wait()
+            blocks = np.concatenate([data(count, q, dtype, salt=root) for q in range(n)])
+            mine = np.empty(count, dtype)
+            mpi_world.Scatter(blocks.view(raw), mine.view(raw), root=root)
+            out = w.scatter(blocks if r == root else None, np.empty(count, dtype),
+                            root=root).wait()
+            np.testing.assert_array_equal(out, mine)
+            if r == root:
+                np.testing.assert_array_equal(got, want)
+                whole = np.zeros(n * count, dtype)      # in place at the root
+                whole[r * count:(r + 1) * count] = x
+                w.gather(whole, whole, root=root).wait()
+                np.testing.assert_array_equal(whole, want)
+                sb = blocks.copy()
+                w.scatter(sb, sb[r * count:(r + 1) * count], root=root).wait()
+                np.testing.assert_array_equal(sb, blocks)
+            else:
+                w.gather(x, root=root).wait()
+                w.scatter(None, np.empty(count, dtype), root=root).wait()
+    used = {(c, a) for c, a in algos(cctx)}
+    if by_reference(cctx):
+        assert {("broadcast", "cells"), ("gather", "cells"), ("scatter", "cells")} <= used, used
+
+
+@pytest.mark.mpi(min_size=2)
+def test_by_reference_in_opposite_orders_on_three_communicators(cctx):
+    """A writer returns only once its readers have read its buffer: with every rank
+    issuing on three communicators in a rotated order before any wait, each waits for
+    readers that wait on another communicator first, and nothing deadlocks.  The buffers
+    are changed right after each wait: nobody reads them late."""
+    w = cctx.world
+    n, r = w.size, w.rank
+    gcount, bcount = ref_gather_count(cctx, 8), ref_bcast_count(8)
+    comms = [w.dup(name=f"ref{i}") for i in range(3)]
+    try:
+        order = comms[r % 3:] + comms[:r % 3]
+        cctx.trace(clear=True)
+        for it in range(10):
+            works = []
+            for c in order:
+                root = (it + comms.index(c)) % n
+                b = np.full(bcount, 1000 * it + root, np.int64) if r == root else \
+                    np.zeros(bcount, np.int64)
+                works.append(("broadcast", root, b, c.broadcast(b, root=root)))
+                x = np.full(gcount, 1000 * it + r, np.int64)
+                works.append(("gather", root, x, c.gather(x, root=root)))
+            for kind, root, buf, wk in reversed(works):
+                got = wk.wait()
+                if kind == "broadcast":
+                    np.testing.assert_array_equal(got, 1000 * it + root)
+                elif r == root:
+                    np.testing.assert_array_equal(
+                        got, np.repeat(1000 * it + np.arange(n), gcount))
+                buf[:] = -1          # the caller may reuse it now
+        if by_reference(cctx):
+            assert {a for _, a in algos(cctx)} == {"cells"}
+    finally:
+        for c in comms:
+            c.free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_by_reference_a_rank_late_by_100_ms(cctx):
+    """A broadcast's root returns only once the late reader has read its buffer."""
+    w = cctx.world
+    n, r = w.size, w.rank
+    late = n - 1
+    cctx.trace(clear=True)
+    if r == late:
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    b = np.full(ref_bcast_count(4), 7 if r == 0 else 0, np.int32)
+    np.testing.assert_array_equal(w.broadcast(b, root=0).wait(), 7)
+    waited = time.monotonic() - t0
+    count = ref_gather_count(cctx, 4)
+    got = w.gather(np.full(count, r, np.int32), root=late).wait()
+    if r == late:
+        np.testing.assert_array_equal(got, np.repeat(np.arange(n), count))
+    if by_reference(cctx):
+        assert {a for _, a in algos(cctx)} == {"cells"}
+        if r == 0:
+            assert waited >= 0.05    # the root waited for the late reader (no other did)

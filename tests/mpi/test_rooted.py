@@ -7,7 +7,7 @@ import pytest
 from mpi4py import MPI
 
 import hpccoll
-from hpccoll.algorithms import TABLE
+from hpccoll.algorithms import TABLE, Choice, capabilities
 from hpccoll.base.ops import CONTRACT_DTYPES
 from tests.mpi.conftest import POLICY
 from tests.mpi.test_collectives import assert_close, make_input
@@ -59,10 +59,17 @@ def check_algo(work, comm, algo, dtype):
     elif algo == "shm" and not (shm and len(shm["local"]) == comm.size):
         assert got != "shm"         # (node-shared memory needs every rank on one node)
     elif algo == "cells":
-        st = comm._state            # (one node, C built, a message a cell holds)
-        fits = (shm and len(shm["local"]) == comm.size and st.ctx.c_programs
-                and work.plan.nbytes <= st.ctx.settings.cell_bytes)
-        assert (got == "cells") == bool(fits), (algo, got, work.plan.nbytes)
+        # one node, C built, a message a cell holds, or larger where the table's rows have
+        # cells by reference (every rank may read the others' memory)
+        st = comm._state
+        nbytes, cell_bytes = work.plan.nbytes, st.ctx.settings.cell_bytes
+        one_node = shm and len(shm["local"]) == comm.size and st.ctx.c_programs
+        choice = Choice(nbytes, shm="flat", cma=bool(one_node and shm["area"].cma),
+                        cell_bytes=cell_bytes)
+        rows = next(rows for name, rows, _ in TABLE[work.plan.coll] if name == "cells")
+        fits = one_node and (nbytes <= cell_bytes or any(
+            row.holds(choice, capabilities(choice)) for row in rows))
+        assert (got == "cells") == bool(fits), (algo, got, nbytes)
     else:
         assert got == algo, (algo, got)
 

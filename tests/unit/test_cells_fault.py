@@ -18,10 +18,12 @@ def need_cells():
         pytest.skip("no C module here (engine/_native.c): cells do not run")
 
 
-def test_a_stopped_rank_is_named_by_every_other_within_the_timeout():
+@pytest.mark.parametrize("how", ["", "ref"])
+def test_a_stopped_rank_is_named_by_every_other_within_the_timeout(how):
+    """(ref: the others are writers by reference, waiting for the stopped rank to read)"""
     need_cells()
     t0 = time.monotonic()
-    proc = launch.run(3, [str(SCRIPT), "stop"], timeout=60)
+    proc = launch.run(3, [str(SCRIPT), "stop"] + ([how] if how else []), timeout=60)
     out = proc.stdout
     for r in range(3):
         assert f"rank {r}: algo cells" in out, out + proc.stderr
@@ -31,10 +33,11 @@ def test_a_stopped_rank_is_named_by_every_other_within_the_timeout():
     assert time.monotonic() - t0 < 40
 
 
-def test_a_killed_rank_ends_the_job():
+@pytest.mark.parametrize("how", ["", "ref"])
+def test_a_killed_rank_ends_the_job(how):
     need_cells()
     t0 = time.monotonic()
-    proc = launch.run(3, [str(SCRIPT), "kill"], timeout=60)
+    proc = launch.run(3, [str(SCRIPT), "kill"] + ([how] if how else []), timeout=60)
     assert proc.returncode != 0, proc.stdout + proc.stderr
     assert "no error" not in proc.stdout
     assert time.monotonic() - t0 < 40
