@@ -16,6 +16,10 @@ from .core.context import _OPEN
 from .engine import flight
 from .errors import HpcCollError, RankFailed
 
+# abort_job's pause between a rank's message and the abort (the launcher forwards the
+# message on its own time, and an abort may end it first)
+FORWARD_SECONDS = 0.2
+
 
 def agree(comm, error: Optional[BaseException], prog: str, timeout: float = 60.0) -> None:
     """Settle rank-local failures before the next collective of a tool.
@@ -53,13 +57,14 @@ def abort_job(exc: BaseException, prog: str, wait: float = 0.0) -> int:
     """The command-line tools' last resort: one rank's unexpected error must not leave
     the others waiting in a collective.  Print it, naming the rank, and abort the MPI job
     (as mpi4py's runner does); ``wait`` seconds first (ranks other than 0, so that rank 0
-    can move its result file into place).  Returns 1 where Abort returns at all."""
+    can move its result file into place), at least FORWARD_SECONDS.  Returns 1 where Abort
+    returns at all."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     sys.stderr.write(f"{prog}: rank {MPI.COMM_WORLD.Get_rank()} failed:\n{text}")
     sys.stderr.flush()
     _dump_flight(exc)
-    if wait:
-        time.sleep(wait)
+    # (CI once saw a job aborted with none of this message on its stderr)
+    time.sleep(max(wait, FORWARD_SECONDS))
     unlink_mpi_shm()
     MPI.COMM_WORLD.Abort(1)
     return 1
