@@ -1,5 +1,4 @@
 # The typed form of engine/lane.py (hpccoll/_compiled.py).
-cimport cython
 
 
 cdef class Lane:
@@ -14,7 +13,6 @@ cdef class OneWait(Lane):
     pass
 
 
-@cython.freelist(32)
 cdef class MpiLane(OneWait):
     cdef public object recipe, send, recv, req, slot
     cdef public bint done, tested
@@ -24,7 +22,6 @@ cdef class MpiLane(OneWait):
     cpdef bint run(self) except -1
 
 
-@cython.freelist(32)
 cdef class CellLane(OneWait):
     cdef public object layout, seq, send, recv, src, dst
     cdef public bint done, posted

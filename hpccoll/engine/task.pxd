@@ -5,7 +5,6 @@ from hpccoll.base.work cimport Work
 from hpccoll.engine.lane cimport Lane
 
 
-@cython.freelist(32)
 cdef class Task(Work):
     cdef public object comm, plan, seq, key, check, prev, state
     cdef public Lane lane
