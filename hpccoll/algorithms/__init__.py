@@ -200,16 +200,17 @@ SHM_ROOTED = (_row(["flat"], above=SHM_ROOTED_BYTES),)
 # broadcast above 128 KiB to 1 MiB (MPI's own there: 2 ranks 256 KiB 43 against 51 us,
 # 512 KiB 71 against 84; 4 ranks 121 against 140, 164 against 193; below, the root's copy
 # into its slot lets it return before its readers: 4 ranks 16 KiB 22 against 44 us);
-# scatter above 128 KiB, in place of the single-copy program above 256 KiB (2 ranks
+# scatter above 64 KiB, in place of the single-copy program above 256 KiB (2 ranks
 # 512 KiB 39 against 41 us, 1 MiB 1.17x against 1.03x, 16 MiB 1.58x against 1.08x; 4 ranks
-# 512 KiB 60 against 70 us) and of the staged one at 256 KiB, which back-to-back calls
-# make slow (1,000-call loops: 2 ranks 18.5 against 24.5-79 us, 4 ranks 45 against 69);
-# up to 128 KiB staged: single calls at 4 ranks wait for three readers by reference
-# (128 KiB 44 against 27 us, 16 KiB 29 against 8.7), though 128 KiB loops favour it
-# (11.9 against 14.7 us; 4 ranks 26 against 47).
+# 512 KiB 60 against 70 us) and of the staged one above 64 KiB, which back-to-back calls
+# make slow (1,000-call loops: 2 ranks 256 KiB 17.6 against 24.5-79 us, 128 KiB 11.9
+# against 14.7, mpi4py 10.5; 4 ranks 31 against 67 and 26 against 47), though single
+# calls at 4 ranks on 2 cores, where the root waits for three readers to be scheduled,
+# favour staged (128 KiB 44 against 27 us); up to 64 KiB staged (loops even, single
+# calls at 4 ranks 16 KiB 8.7 against 29 us).
 REF_GATHER_BYTES = 128 << 10
 REF_BCAST_BYTES = 1 << 20
-REF_SCATTER_BYTES = 128 << 10   # (above)
+REF_SCATTER_BYTES = 64 << 10    # (above)
 GATHER_CELLS = CELLS + (_row(["cells", "cma"], above="cell_bytes", upto=REF_GATHER_BYTES),)
 BCAST_CELLS = CELLS + (_row(["cells", "cma"], above=BCAST_C_BYTES, upto=REF_BCAST_BYTES),)
 SCATTER_CELLS = CELLS + (_row(["cells", "cma"], above=REF_SCATTER_BYTES),)
