@@ -377,7 +377,9 @@ static PyObject *set_stream_bytes(PyObject *self, PyObject *arg) {
  * process_vm_readv) before it stores its DONE.  A writer's buffer must stay as it is until
  * every rank that reads it has done so: its done also waits, after its own reads and DONE,
  * for every such reader's DONE >= seq (its DONE at seq or later already: only that wait is
- * left; this rank's later cells may have completed their reads meanwhile).
+ * left; this rank's later cells may have completed their reads meanwhile).  A gather's
+ * root copies its own block at its first try, before its peers' cells hold seq, and notes
+ * it in its own cell's fourth word (no other rank reads that word).
  *
  * The layout (int64 words, CELL_FIELDS below, then the n ring bases, the n DONE addresses
  * and this rank's SEEN word) is made once per plan by engine/code.py, which checks these
@@ -404,7 +406,7 @@ static const int64_t *cell_layout(PyObject *o) {
     if (words < CF_HEADER || L[CF_MAGIC] != CELL_MAGIC || L[CF_N] < 1 ||
         words != CF_HEADER + 2 * L[CF_N] + 1 || L[CF_KIND] < 0 || L[CF_KIND] >= CK_COUNT ||
         L[CF_RING] < 2 || L[CF_RANK] < 0 || L[CF_RANK] >= L[CF_N] ||
-        (L[CF_REF] && (L[CF_STRIDE] < 24 || (L[CF_KIND] != CK_BROADCAST &&
+        (L[CF_REF] && (L[CF_STRIDE] < 32 || (L[CF_KIND] != CK_BROADCAST &&
                                              L[CF_KIND] != CK_GATHER &&
                                              L[CF_KIND] != CK_SCATTER)))) {
         PyErr_SetString(PyExc_ValueError, "cells: not a cell layout");
@@ -566,6 +568,21 @@ static void cell_fold(const int64_t *L, int64_t seq, char *d, int64_t off) {
         fn(d, d, cell_at(L, q, seq) + 8 + off, count);
 }
 
+/* The output memory of cell_done (its recv argument), which must hold result bytes: 0,
+ * or -1 with the error set */
+static int cell_out(PyObject *arg, int64_t result, Py_buffer *b, char **d) {
+    Py_ssize_t len;
+    if (arg_memory(arg, PyBUF_WRITABLE, b, d, &len) < 0)
+        return -1;
+    if (len >= 0 && len < result) {
+        PyBuffer_Release(b);
+        PyErr_Format(PyExc_ValueError, "cell_done: the output holds %zd bytes, the result "
+                     "%lld", len, (long long)result);
+        return -1;
+    }
+    return 0;
+}
+
 /* cell_done(layout, seq, recv) -> bool: the collective completed on this rank (False: a
  * cell it reads does not hold seq yet, or an earlier one has not completed here) */
 static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -581,23 +598,28 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
         Py_RETURN_FALSE;
     if (cell_reads(L)) {
         int64_t kind = L[CF_KIND], q0, q1;
+        int64_t result = L[CF_RESULT], block = L[CF_BLOCK];
+        Py_buffer b;
+        char *d;
+        int64_t *own = (int64_t *)cell_at(L, p, seq);
+        if (L[CF_REF] && kind == CK_GATHER && own[3] != seq) {
+            /* a gather's root copies its own block while its peers may still be on their
+             * way, once (its own cell's fourth word, which no other rank reads, says so) */
+            if (cell_out(args[2], result, &b, &d) < 0)
+                return NULL;
+            int failed = ref_read(L, p, seq, d + p * block, 0, block);
+            PyBuffer_Release(&b);
+            if (failed)
+                return NULL;
+            own[3] = seq;
+        }
         cell_span(L, &q0, &q1);
         for (int64_t q = q0; q < q1; q++)
             if (__atomic_load_n((int64_t *)cell_at(L, q, seq), __ATOMIC_ACQUIRE) != seq)
                 Py_RETURN_FALSE;
-        int64_t result = L[CF_RESULT], block = L[CF_BLOCK];
         if (result > 0) {
-            Py_buffer b;
-            char *d;
-            Py_ssize_t len;
-            if (arg_memory(args[2], PyBUF_WRITABLE, &b, &d, &len) < 0)
+            if (cell_out(args[2], result, &b, &d) < 0)
                 return NULL;
-            if (len >= 0 && len < result) {
-                PyBuffer_Release(&b);
-                PyErr_Format(PyExc_ValueError, "cell_done: the output holds %zd bytes, the "
-                             "result %lld", len, (long long)result);
-                return NULL;
-            }
             int failed = 0;
             if (L[CF_REF]) {
                 switch (kind) {
@@ -607,9 +629,10 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 case CK_SCATTER:
                     failed = ref_read(L, q0, seq, d, p * block, block);
                     break;
-                case CK_GATHER:
+                case CK_GATHER:    /* (its own block: copied above) */
                     for (int64_t q = 0; q < n && !failed; q++)
-                        failed = ref_read(L, q, seq, d + q * block, 0, block);
+                        if (q != p)
+                            failed = ref_read(L, q, seq, d + q * block, 0, block);
                     break;
                 }
                 PyBuffer_Release(&b);
