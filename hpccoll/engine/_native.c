@@ -507,6 +507,16 @@ static int ref_read(const int64_t *L, int64_t q, int64_t seq, char *d, int64_t o
     return 0;
 }
 
+/* n bytes at offset off of what rank q's cell seq holds into d: the cell's data, or by
+ * reference the buffer it names.  0, or -1 with the error set. */
+static inline int cell_take(const int64_t *L, int64_t q, int64_t seq, char *d, int64_t off,
+                            int64_t n) {
+    if (L[CF_REF])
+        return ref_read(L, q, seq, d, off, n);
+    memcpy(d, cell_at(L, q, seq) + 8 + off, (size_t)n);
+    return 0;
+}
+
 /* cell_post(layout, seq, send) -> bool: this rank's part published (False: the ring is
  * full, a peer has not read the cell yet; try again) */
 static PyObject *cell_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -621,25 +631,6 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
             if (cell_out(args[2], result, &b, &d) < 0)
                 return NULL;
             int failed = 0;
-            if (L[CF_REF]) {
-                switch (kind) {
-                case CK_BROADCAST:
-                    failed = ref_read(L, q0, seq, d, 0, result);
-                    break;
-                case CK_SCATTER:
-                    failed = ref_read(L, q0, seq, d, p * block, block);
-                    break;
-                case CK_GATHER:    /* (its own block: copied above) */
-                    for (int64_t q = 0; q < n && !failed; q++)
-                        if (q != p)
-                            failed = ref_read(L, q, seq, d + q * block, 0, block);
-                    break;
-                }
-                PyBuffer_Release(&b);
-                if (failed)
-                    return NULL;
-                goto read;
-            }
             switch (kind) {
             case CK_ALLREDUCE:
             case CK_REDUCE:
@@ -649,15 +640,16 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 cell_fold(L, seq, d, p * block);
                 break;
             case CK_BROADCAST:
-                memcpy(d, cell_at(L, q0, seq) + 8, (size_t)result);
+                failed = cell_take(L, q0, seq, d, 0, result);
                 break;
             case CK_SCATTER:
-                memcpy(d, cell_at(L, q0, seq) + 8 + p * block, (size_t)block);
+                failed = cell_take(L, q0, seq, d, p * block, block);
                 break;
             case CK_ALLGATHER:
-            case CK_GATHER:
-                for (int64_t q = 0; q < n; q++)
-                    memcpy(d + q * block, cell_at(L, q, seq) + 8, (size_t)block);
+            case CK_GATHER:    /* (by reference, a gather's root copied its own above) */
+                for (int64_t q = 0; q < n && !failed; q++)
+                    if (!(L[CF_REF] && q == p))
+                        failed = cell_take(L, q, seq, d + q * block, 0, block);
                 break;
             case CK_ALLTOALL:
                 for (int64_t q = 0; q < n; q++)
@@ -665,9 +657,10 @@ static PyObject *cell_done(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 break;
             }
             PyBuffer_Release(&b);
+            if (failed)
+                return NULL;
         }
     }
-read:
     __atomic_store_n(mine, seq, __ATOMIC_RELEASE);
 readers: {
         int64_t q0, q1;
