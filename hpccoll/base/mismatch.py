@@ -13,9 +13,11 @@ Pure bookkeeping, no MPI calls (the engine moves the messages):
 How the ledger is compared (check_mismatch="deferred", the default), each path raising
 the same error everywhere:
 
-1. every ``mismatch_every`` collectives the digest rides along with that collective as an
-   MPI allreduce of (d, -d) (min of both: all equal iff min == max); only when digests
-   differ do the ranks exchange their rows (engine/check.py);
+1. every ``mismatch_every`` collectives the digest rides along with that collective: on
+   the node-shared digest board where every member shares the node (each posts its digest
+   and reads its peers'; a difference probes as in 3), else as an MPI allreduce of (d, -d)
+   (min of both: all equal iff min == max), the ranks exchanging their rows only when
+   digests differ (engine/check.py);
 2. ``mismatch_ms`` after a communicator's last note, a rank sends its latest digest to
    the next member over the control plane; a member whose digest at that sequence
    differs probes: it asks every member for its rows, decides, and sends the verdict;

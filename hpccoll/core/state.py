@@ -23,7 +23,7 @@ import numpy as np
 
 from ..base import mismatch
 from ..base.pool import BufferPool
-from ..engine.check import CheckLane
+from ..engine.check import CheckLane, digest_check
 from ..engine.lane import Gate, buffer_addresses, cell_lane, mpi_lane, new_lock
 from ..engine.program import program_lane
 from ..engine.task import Task, new as new_task, started
@@ -195,8 +195,7 @@ class CommState:
                         # make the MPI library itself abort
                         gated = plan.recipe is not None or plan.detour is not None
                     elif digest is not None:
-                        check = CheckLane(digest, ledger.padded_later(ledger.every), self,
-                                          self.data, tag + 1)
+                        check = digest_check(digest, seq, self, self.data, tag + 1)
                 prev = self.last
                 if prev is not None:
                     prev = prev()

@@ -82,8 +82,12 @@ class CrossCheck:
         if self.on and state.ledger is not None:
             self.probe(state)
 
+    def probing(self, state) -> bool:
+        """Whether this rank's probe of ``state``'s communicator awaits its answers."""
+        return any(p.state is state for p in self.probes.values())
+
     def probe(self, state) -> None:
-        if state.broken is not None or any(p.state is state for p in self.probes.values()):
+        if state.broken is not None or self.probing(state):
             return
         ctl = self.engine.control
         self.count += 1

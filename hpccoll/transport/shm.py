@@ -4,7 +4,8 @@ A communicator's area is one file in /dev/shm per node (``create``), mapped by t
 node's ranks (the world's node map says which: ``Split_type(COMM_TYPE_SHARED)`` at init,
 or the fake nodes of the ``node_size`` setting) and unlinked as soon as all have mapped
 it; it costs no MPI communicator context.  Each rank's segment holds three counters
-(READY, REDUCED, CONSUMED), each on its own cache line, a ring of ``CELL_RING`` cells
+(READY, REDUCED, CONSUMED), each on its own cache line, the mismatch digest board
+(``post_digest``), a ring of ``CELL_RING`` cells
 for small collectives (engine/_native.c: cells), then ``shm_slots`` staging slots of
 ``shm_slot_bytes``; pages are taken when first touched.
 
@@ -48,8 +49,11 @@ ADDR = 3                   # after the three counters: the addresses of the send
 #                            (algorithms/cma.py), a cache line each
 DONE = 6                   # the last cell collective this rank completed (its own line)
 SEEN = 7                   # the least DONE of its peers this rank last saw (no peer reads it)
+BOARD = 8                  # lines BOARD.. of the page: the digest board (post_digest)
+BOARD_ENTRIES = 32         # digest checks a rank may post ahead of a peer that reads them
 SLOT_ALIGN = 64
 CELL_RING = 8              # cells per rank: collectives in flight before a writer waits
+assert (BOARD + BOARD_ENTRIES) * FLAG_STRIDE * 8 <= CTRL_BYTES
 
 
 def node_comm(comm, world_ranks, node_size: Optional[int]):
@@ -134,6 +138,36 @@ class ShmArea:
                 return False
         self._sync()              # counter before data
         return True
+
+    def post_digest(self, check: int, digest: int) -> None:
+        """Publish this rank's mismatch digest for digest check number ``check`` (engine/
+        check.py), in its board's entry ``check % BOARD_ENTRIES``.  The entry's number is
+        cleared first and set last, so a reader that saw the same number before and after
+        reading the digest read that check's digest (a seqlock: the entry is reused)."""
+        i = (BOARD + check % BOARD_ENTRIES) * FLAG_STRIDE
+        f = self.flags[self.rank]
+        f[i] = 0
+        self._sync()
+        f[i + 1] = digest
+        self._sync()
+        f[i] = check + 1          # (0: never posted, or being rewritten)
+
+    def digest_of(self, q: int, check: int):
+        """(number, digest) of what rank q last posted in the board entry of digest check
+        ``check``: number -1 where it is being rewritten or was never posted, below
+        ``check`` where q has not posted that check yet, above it where q went on and
+        reused the entry."""
+        i = (BOARD + check % BOARD_ENTRIES) * FLAG_STRIDE
+        f = self.flags[q]
+        before = int(f[i])
+        if before == 0:
+            return -1, 0
+        self._sync()
+        digest = int(f[i + 1])
+        self._sync()
+        if int(f[i]) != before:
+            return -1, 0
+        return before - 1, digest
 
     def slot(self, q: int, index: int) -> np.ndarray:
         start = self.slots_at + index * self.slot_bytes

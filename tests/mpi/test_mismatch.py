@@ -38,6 +38,29 @@ def test_every_nth_collective_compares_the_digest():
             comm.barrier()
 
 
+@pytest.mark.parametrize("node_size", [0, 1])
+def test_the_digest_rides_on_the_node_board_or_mpi(node_size):
+    """Where every member shares the node, the digest check is posted on the node-shared
+    board (no MPI call); across nodes (here: one fake node per rank) an MPI allreduce
+    carries it.  Either way the collective carrying it raises the mismatch, on every
+    rank, naming the first differing call; calls that agree carry it silently."""
+    from hpccoll.engine.check import BoardCheckLane, CheckLane
+    with hpccoll.init(timeout=60, mismatch_every=2, mismatch_ms=60_000,
+                      node_size=node_size or None) as ctx:
+        comm = ctx.world.dup()
+        one_node = bool(comm._state.shm) and len(comm._state.shm["local"]) == comm.size
+        for _ in range(40):                          # more checks than the board's entries
+            comm.allreduce(np.ones(3, np.int64)).wait(timeout=30)
+            work = comm.broadcast(np.ones(2, np.float32), root=comm.size - 1)
+            assert type(work.check) is (BoardCheckLane if one_node else CheckLane)
+            work.wait(timeout=30)
+        assert one_node == (node_size == 0) or not comm._state.shm
+        op_mismatch(comm)                            # #80, garbage
+        with pytest.raises(CollectiveMismatch) as info:
+            comm.barrier().wait(timeout=30)          # #81 carries the digest
+        check(info.value, 80)
+
+
 def test_a_quiet_communicator_is_compared_after_mismatch_ms():
     """No further collective after the mismatch: the control plane's note finds it, and
     the next call there raises it."""

@@ -31,3 +31,28 @@ def test_a_rank_alone_on_its_node_turns_shared_memory_off_for_all():
     node_of = (0, 0, 2)
     for rank in range(3):
         assert layout(rank, (0, 1, 2), node_of) == (None, None)
+
+
+def test_the_digest_board_says_posted_not_yet_and_reused():
+    """The mismatch digest board (post_digest / digest_of, engine/check.py): two ranks'
+    mappings of one real node-shared file; a reader tells a check not posted yet, posted
+    (with its digest) and an entry the writer already reused for a later check."""
+    import os
+    import tempfile
+    from hpccoll.transport.shm import BOARD_ENTRIES, ShmArea, segment_bytes
+    fd, path = tempfile.mkstemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    try:
+        os.ftruncate(fd, segment_bytes(256, 1) * 2)
+        a, b = (ShmArea(path, None, r, 2, 256, 1, lambda: None) for r in range(2))
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    assert b.digest_of(0, 0) == (-1, 0)                 # never posted
+    a.post_digest(0, 12345)
+    assert b.digest_of(0, 0) == (0, 12345)
+    assert b.digest_of(0, 1)[0] < 1                     # the next one: not yet
+    a.post_digest(BOARD_ENTRIES, (1 << 62) - 1)         # the same entry, reused
+    assert b.digest_of(0, 0) == (BOARD_ENTRIES, (1 << 62) - 1)
+    assert a.digest_of(1, 0) == (-1, 0)                 # b posted nothing
+    for area in (a, b):
+        area.free()
