@@ -49,6 +49,15 @@ def test_floor_small_checks_every_row():
         assert line in proc.stdout, proc.stdout
 
 
+def test_floor_handoff_reports_the_handoff_the_staged_copy_and_every_row():
+    proc = launch.run(2, [str(SCRIPTS / "floor_handoff.py"), "--rounds", "2000", "--calls",
+                          "50", "--slot-bytes", "8192"], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for line in ("a cache-line handoff takes", "a staged handoff of 8192 bytes",
+                 "allreduce 8 B", "broadcast 8 B", "barrier"):
+        assert line in proc.stdout, proc.stdout
+
+
 def test_bench_candidates_checks_every_row():
     proc = launch.run(2, [str(SCRIPTS / "bench_candidates.py"), "--iters", "1", "--sizes",
                           "1K,256K", "--collectives",
