@@ -131,8 +131,25 @@ static void copy_bytes(char *restrict d, const char *restrict s, size_t n) {
  * (4 MiB: past what the caches keep of it anyway) use non-temporal stores: the result
  * goes to memory without first reading each destination line in (16 MiB private to
  * private on our EPYC VMs: 1.5-1.9 ms against 2.4-2.6 with the vector loop; at 1 MiB
- * no gain).  Slots are never streamed: a peer reads them a moment later. */
+ * no gain).
+ *
+ * Copies of slot_stream_bytes (16 KiB) or more into node-shared memory (a slot, a peer's
+ * registered buffer) stream too: the lines they rewrite were read by a peer's core a call
+ * ago, and a cached store must first take each line back from that core's cache, one at
+ * a time in effect: 64 KiB took 10 us (33-38 us where the host placed the two cores far
+ * apart) against 2 us streamed (scripts/floor_handoff.py measures it).  2 ranks, mpi4py's
+ * blocking calls interleaved in one job, three jobs: allreduce 64 KiB 2.28x against
+ * 1.89x, 256 KiB 1.85x against 1.56x, 1 MiB 1.63x against 1.18x (4 MiB 1.08x against
+ * 1.18x); allgather 256 KiB 4.0x against 1.04x; gather 256 KiB 1.09x against 0.26x, 1 MiB
+ * 1.33x against 0.25x; scatter 64 KiB 1.58x against 0.46x; 4 ranks: allreduce 64 KiB
+ * 2.91x against 1.73x, allgather 256 KiB 2.54x against 1.77x.  (16 KiB rows even or
+ * behind: scatter 16 KiB 1.16x against 1.28x; gather 256 KiB, whose root copies out what
+ * one peer copied in, 0.82x against 0.94x in one phase of the host, where cached stores
+ * were at 0.26x in the other; where
+ * two vCPUs share one core's L2 cached stores won in a C loop of the handoff, 128 KiB 5
+ * against 17 us, a placement MPI's core binding avoids.) */
 static int64_t stream_bytes = 4 << 20;
+static int64_t slot_stream_bytes = 32 << 10;
 
 #if defined(__x86_64__)
 #define CAN_STREAM 1
@@ -271,6 +288,10 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     }
     /* (code[2]: the bytes of the receive buffer the program uses) */
     const int stream = CAN_STREAM && stream_bytes >= 0 && code[2] >= stream_bytes;
+    /* (where the result streams, the pipeline cycles its slots faster than a peer's
+     * caches keep them: 4 MiB allreduce 1.41x MPI slots streamed, 1.52x cached) */
+    const int64_t slot_stream = CAN_STREAM && !stream && slot_stream_bytes >= 0
+                                ? slot_stream_bytes : INT64_MAX;
     for (; pc < count; pc++) {
         const int64_t *ins = code + (pc + 1) * NROW;
         switch (ins[0]) {
@@ -285,8 +306,9 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             __atomic_store_n((int64_t *)(intptr_t)ins[2], base + ins[1], __ATOMIC_RELEASE);
             break;
         case OP_COPY:
-            if (stream && ins[1] == 1)
-                stream_copy(at(bufs, 1, ins[2]), at(bufs, ins[3], ins[4]), (size_t)ins[5]);
+            /* (kind 3, an address: a slot or a peer's registered buffer) */
+            if ((stream && ins[1] == 1) || (ins[1] == 3 && ins[5] >= slot_stream))
+                stream_copy(at(bufs, ins[1], ins[2]), at(bufs, ins[3], ins[4]), (size_t)ins[5]);
             else
                 copy_bytes(at(bufs, ins[1], ins[2]), at(bufs, ins[3], ins[4]), (size_t)ins[5]);
             break;
@@ -347,6 +369,17 @@ static PyObject *set_stream_bytes(PyObject *self, PyObject *arg) {
         return NULL;
     long long old = stream_bytes;
     stream_bytes = v;
+    return PyLong_FromLongLong(old);
+}
+
+/* set_slot_stream_bytes(n) -> previous: the copy size from which copies into
+ * node-shared memory stream (-1: never); for tests and measurements */
+static PyObject *set_slot_stream_bytes(PyObject *self, PyObject *arg) {
+    long long v = PyLong_AsLongLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    long long old = slot_stream_bytes;
+    slot_stream_bytes = v;
     return PyLong_FromLongLong(old);
 }
 
@@ -917,6 +950,9 @@ static PyTypeObject LockType = {
 };
 
 static PyMethodDef methods[] = {
+    {"set_slot_stream_bytes", set_slot_stream_bytes, METH_O,
+     "set_slot_stream_bytes(n) -> previous: copies of n bytes or more into node-shared "
+     "memory use non-temporal stores (-1: never); for tests and measurements"},
     {"set_stream_bytes", set_stream_bytes, METH_O,
      "set_stream_bytes(n) -> previous: copies into a receive buffer of n bytes or more use "
      "non-temporal stores (-1: never)"},

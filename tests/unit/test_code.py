@@ -60,25 +60,29 @@ def need_native() -> None:
 
 
 @contextlib.contextmanager
-def streaming(on: bool):
-    """The C executor's copies into the receive buffer streamed past the caches (as from
-    a 4 MiB result on: _native.c's stream_bytes, lowered to 0) or never, then as before."""
-    old = code._native.set_stream_bytes(0 if on else -1)
+def streaming(on: str):
+    """The C executor's copies into the receive buffer ("recv": as from a 4 MiB result
+    on, _native.c's stream_bytes lowered to 0) or into node-shared memory ("slots": as
+    from a 32 KiB copy on, slot_stream_bytes lowered to 0) streamed past the caches, or
+    neither (""), then as before."""
+    old = code._native.set_stream_bytes(0 if on == "recv" else -1)
+    old_slot = code._native.set_slot_stream_bytes(0 if on == "slots" else -1)
     try:
         yield
     finally:
         code._native.set_stream_bytes(old)
+        code._native.set_slot_stream_bytes(old_slot)
 
 
-@pytest.fixture(params=["python", "native", "streamed"])
+@pytest.fixture(params=["python", "native", "streamed", "slots streamed"])
 def executor(request):
     """Who runs the compiled programs: code.run's Python, or the C executor (_native.c),
-    its copies into the receive buffer cached or streamed."""
+    its copies cached, streamed into the receive buffer or streamed into slots."""
     if request.param == "python":
         yield "python"
         return
     need_native()
-    with streaming(request.param == "streamed"):
+    with streaming({"streamed": "recv", "slots streamed": "slots"}.get(request.param, "")):
         yield "native"
 
 
@@ -363,12 +367,13 @@ def test_a_poll_of_a_program_still_waiting_exports_no_buffer_and_changes_nothing
         assert lane.bufs[1].tolist() == (np.arange(count) * 3).tolist()
 
 
-@pytest.fixture(params=["cached", "streamed"])
+@pytest.fixture(params=["cached", "streamed", "slots streamed"])
 def stream(request):
     """Copies into the receive buffer as in a small collective, or streamed past the
-    caches as in one of 4 MiB and up."""
+    caches as in one of 4 MiB and up, or copies into node-shared memory (an address)
+    streamed as from 32 KiB."""
     need_native()
-    with streaming(request.param == "streamed"):
+    with streaming({"streamed": "recv", "slots streamed": "slots"}.get(request.param, "")):
         yield request.param
 
 
@@ -389,7 +394,11 @@ def test_the_c_executor_copies_and_reduces_long_unaligned_runs_exactly(nbytes, s
         recv = np.zeros(room, np.uint8)
         rows = np.zeros((2, nrow), np.int64)
         rows[0, :4] = code._native.MAGIC, room, room, 0
-        rows[1, :6] = copy_op, recv_kind, dst_off, send_kind, src_off, nbytes
+        if stream == "slots streamed":      # into an address, as into a slot
+            at = recv.__array_interface__["data"][0] + dst_off
+            rows[1, :6] = copy_op, 3, at, send_kind, src_off, nbytes
+        else:
+            rows[1, :6] = copy_op, recv_kind, dst_off, send_kind, src_off, nbytes
         assert code._native.run(rows, 0, 0, send, recv, None)[0] == 1
         want = np.zeros(room, np.uint8)
         want[dst_off:dst_off + nbytes] = send[src_off:src_off + nbytes]
