@@ -3,7 +3,6 @@ they choose (the tool; the registry itself is hpccoll/config.py)."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Optional
 
@@ -65,8 +64,6 @@ def algorithm_choice(settings: Settings) -> list:
     where += ("; single copy (cma) where every rank may read its peers" if single else
               "; single copy off: " + ("the cma setting" if not settings.cma else
                                         "process_vm_readv refused here"))
-    # (two ranks, each with a CPU of its own, where this process may run on two)
-    spare = len(os.sched_getaffinity(0)) >= 2 if hasattr(os, "sched_getaffinity") else True
     lines.append("built-in algorithm table (2 ranks on one node, float32 sum; registered in "
                  f"parentheses where it differs; shared-memory programs {where}):")
     lines.append(f"  {'collective':<15}" + "".join(f"{human_bytes(n):>12}" for n in SHOWN_SIZES))
@@ -78,7 +75,7 @@ def algorithm_choice(settings: Settings) -> list:
                 settings.shm_min_bytes, reg, settings.mpi_coll_bytes, True, "",
                 c_bytes if coll in algorithms.C_SHM_COLLECTIVES else 0, single, 2,
                 # cells where C runs them (float32 sum: a reduction they have)
-                settings.cell_bytes if in_c else 0, spare))
+                settings.cell_bytes if in_c else 0))
                 # (staged collectives never look at where their buffers live)
                 for reg in ((False,) if coll in algorithms.STAGED else (False, True))]
             cells.append(picks[0] if picks[0] == picks[-1] else f"{picks[0]}({picks[1]})")

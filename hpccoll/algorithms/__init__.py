@@ -45,9 +45,6 @@ class Choice(NamedTuple):
     ranks: int = 0             # the communicator's size (0: not known)
     cell_bytes: int = 0        # up to this, one handoff through node-shared cells (0: none
     #                            here: no C module, a reduction it lacks, not one node)
-    spare: bool = False        # every rank on the node has a CPU of its own (not
-    #                            oversubscribed: core/context.py), so a peer is never
-    #                            waiting to be scheduled
 
 
 # the collectives whose shared-memory programs shm_c_bytes brings below shm_min_bytes
@@ -65,7 +62,7 @@ def capabilities(c: Choice) -> frozenset:
             # shared memory run in C (engine/_native.c) where it has the reduction
             "c_shm": flat and c.shm_c_bytes > 0,
             "cells": flat and c.cell_bytes > 0,
-            "cma": c.cma, "two_ranks": c.ranks == 2, "spare": c.spare}
+            "cma": c.cma, "two_ranks": c.ranks == 2}
     return frozenset(k for k, v in have.items() if v)
 
 
@@ -201,15 +198,12 @@ SHM_ROOTED = (_row(["flat"], above=SHM_ROOTED_BYTES),)
 # against 0.95x MPI's own, 128 KiB 0.89x against 0.76x; 4 ranks: 16 KiB 28 against 49 us,
 # 128 KiB 50 against 72; from 256 KiB staged shared memory, both cores copying, is ahead);
 # broadcast above 128 KiB to 1 MiB (MPI's own there: 2 ranks 256 KiB 43 against 51 us,
-# 512 KiB 71 against 84; 4 ranks 121 against 140, 164 against 193), and from above a
-# cell where every rank has a CPU of its own (``spare``): the staged program's root
-# writes its slot's lines, which the reader's core read a call ago, and on the VMs we
-# measure on such writes run at 2 GB/s in some phases of the host (a C loop of the
-# staged handoff alone, 2 processes: 64 KiB 38-43 us a call in one phase, 9-10 in
-# another), where a reader by reference only reads (2 ranks, mpi4py interleaved in one
-# job, 4 jobs: 16 KiB 0.98-1.07x against 0.72-1.06x staged, 64 KiB 0.95-1.03x against
-# 0.81-0.96x); oversubscribed the staged root returns before its readers are scheduled
-# (4 ranks 16 KiB 22 against 44 us);
+# 512 KiB 71 against 84; 4 ranks 121 against 140, 164 against 193; below, the root's copy
+# into its slot lets it return before its readers: 4 ranks 16 KiB 22 against 44 us, and
+# at 2 ranks, with copies into slots streamed (engine/_native.c), mpi4py interleaved:
+# 32 KiB 1.45x against 1.03x by reference, 64 KiB 1.32x against 1.08x, 128 KiB 1.02x
+# against 0.88x; 16 KiB, its copies cached, 1.28x against 0.89x where a cache-line
+# handoff took 60 ns, 0.72-0.85x against 0.98-1.07x where it took 250 ns);
 # scatter above 64 KiB, in place of the single-copy program above 256 KiB (2 ranks
 # 512 KiB 39 against 41 us, 1 MiB 1.17x against 1.03x, 16 MiB 1.58x against 1.08x; 4 ranks
 # 512 KiB 60 against 70 us) and of the staged one above 64 KiB, which back-to-back calls
@@ -222,8 +216,7 @@ REF_GATHER_BYTES = 128 << 10
 REF_BCAST_BYTES = 1 << 20
 REF_SCATTER_BYTES = 64 << 10    # (above)
 GATHER_CELLS = CELLS + (_row(["cells", "cma"], above="cell_bytes", upto=REF_GATHER_BYTES),)
-BCAST_CELLS = CELLS + (_row(["cells", "cma", "spare"], above="cell_bytes", upto=REF_BCAST_BYTES),
-                       _row(["cells", "cma"], above=BCAST_C_BYTES, upto=REF_BCAST_BYTES))
+BCAST_CELLS = CELLS + (_row(["cells", "cma"], above=BCAST_C_BYTES, upto=REF_BCAST_BYTES),)
 SCATTER_CELLS = CELLS + (_row(["cells", "cma"], above=REF_SCATTER_BYTES),)
 # allgather, broadcast, reduce_scatter through single copy were nowhere ahead of the
 # built-in choice in every job (2 ranks: allgather 1 MiB 290-346 against 207-232 us

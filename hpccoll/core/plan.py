@@ -182,7 +182,7 @@ def make(state, call, keyed: bool, blocks: Optional[int], reg: Optional[Register
                                # single copy between host arrays (the area agreed it at
                                # creation, so every rank's choice is the same)
                                layout == "flat" and shm["area"].cma and blocks is None,
-                               size, cell_bytes, not ctx.oversubscribed)
+                               size, cell_bytes)
     algo = algorithms.select(coll, choice)
     # a small device collective MPI can run goes through the host: one copy each way
     # around MPI's own collective, instead of a copy per step of hpccoll's algorithms

@@ -5,8 +5,7 @@ from hpccoll import algorithms
 from hpccoll.algorithms import ALWAYS, TABLE, Choice, Row, capabilities, select
 
 KNOWN = capabilities(Choice(1, shm="flat", registered=True, mpi_coll_bytes=1, native=True,
-                            shm_c_bytes=1, cma=True, ranks=2, cell_bytes=1,
-                            spare=True)) | {"hier"}
+                            shm_c_bytes=1, cma=True, ranks=2, cell_bytes=1)) | {"hier"}
 
 
 def test_every_row_is_data_naming_known_capabilities_and_settings():
@@ -30,17 +29,6 @@ def test_a_named_bound_is_the_setting_of_that_name():
     cells = Choice(8192, shm="flat", cell_bytes=8192)
     assert select("allreduce", cells) == "cells"
     assert select("allreduce", cells._replace(nbytes=8193)) != "cells"
-
-
-def test_a_broadcast_by_reference_from_above_a_cell_only_where_no_rank_waits_for_a_cpu():
-    c = Choice(64 << 10, shm="flat", native=True, mpi_coll_bytes=64 << 10, shm_c_bytes=8192,
-               cma=True, ranks=2, cell_bytes=8192, spare=True)
-    assert select("broadcast", c) == "cells"
-    assert select("broadcast", c._replace(nbytes=8192)) == "cells"       # in the cell
-    assert select("broadcast", c._replace(spare=False)) == "shm"          # oversubscribed
-    assert select("broadcast", c._replace(cma=False)) == "shm"            # no reading peers
-    for spare in (True, False):                        # above 128 KiB either way
-        assert select("broadcast", c._replace(nbytes=256 << 10, spare=spare)) == "cells"
 
 
 def test_a_calibration_pick_overrides_the_table_where_it_can_run():
