@@ -212,12 +212,24 @@ SHM_ROOTED = (_row(["flat"], above=SHM_ROOTED_BYTES),)
 # calls at 4 ranks on 2 cores, where the root waits for three readers to be scheduled,
 # favour staged (128 KiB 44 against 27 us); up to 64 KiB staged (loops even, single
 # calls at 4 ranks 16 KiB 8.7 against 29 us).
-REF_GATHER_BYTES = 128 << 10
+#
+# Since copies into slots stream (engine/_native.c: slot_stream_bytes), the staged
+# programs are ahead at 2 ranks, where no reader waits to be scheduled (mpi4py
+# interleaved in one job, three jobs each, staged against by reference): gather 16 KiB
+# 1.22x against 1.03x, 32 KiB 1.19x against 1.00x, 64 KiB 1.18x against 0.97x, 128 KiB
+# 1.11x against 0.98x; scatter 128 KiB 1.20x against 0.95x, 256 KiB 1.14x against
+# 0.99x.  At 4 ranks on 2 cores by reference stays ahead for gathers up to 32 KiB (16 KiB
+# 2.84x against 1.29x, 32 KiB 2.62x against 1.38x; 64 KiB 1.46x against 1.61x, 128 KiB
+# 1.35x against 1.94x) and for scatters above 64 KiB (128 KiB 2.23x against 1.36x,
+# 256 KiB 2.90x against 1.59x).
+REF_GATHER_BYTES = 32 << 10
 REF_BCAST_BYTES = 1 << 20
-REF_SCATTER_BYTES = 64 << 10    # (above)
-GATHER_CELLS = CELLS + (_row(["cells", "cma"], above="cell_bytes", upto=REF_GATHER_BYTES),)
+REF_SCATTER_BYTES = 64 << 10    # (above; at 2 ranks above CMA_SCATTER_BYTES)
+GATHER_CELLS = CELLS + (_row(["cells", "cma"], ["two_ranks"], above="cell_bytes",
+                             upto=REF_GATHER_BYTES),)
 BCAST_CELLS = CELLS + (_row(["cells", "cma"], above=BCAST_C_BYTES, upto=REF_BCAST_BYTES),)
-SCATTER_CELLS = CELLS + (_row(["cells", "cma"], above=REF_SCATTER_BYTES),)
+SCATTER_CELLS = CELLS + (_row(["cells", "cma"], ["two_ranks"], above=REF_SCATTER_BYTES),
+                         _row(["cells", "cma", "two_ranks"], above=CMA_SCATTER_BYTES))
 # allgather, broadcast, reduce_scatter through single copy were nowhere ahead of the
 # built-in choice in every job (2 ranks: allgather 1 MiB 290-346 against 207-232 us
 # through MPI's own; broadcast within 5% of MPI's own; reduce_scatter behind staged

@@ -235,9 +235,20 @@ def ref_counts(ctx, itemsize):
 
 
 def ref_gather_count(ctx, itemsize):
-    """A block a gather moves by reference (more than a cell, a whole of at most
-    REF_GATHER_BYTES at 4 ranks)."""
-    return ctx.settings.cell_bytes // itemsize + 3
+    """A block of a gather the table has by reference beyond 2 ranks (a whole of more
+    than a cell and at most REF_GATHER_BYTES; at 2 ranks it runs staged)."""
+    return (ctx.settings.cell_bytes // ctx.world.size + 3 * itemsize) // itemsize
+
+
+def ref_rows_hold(ctx, coll, count, itemsize):
+    """Whether the table's cells rows hold for ``coll`` of ``count`` elements a block
+    here (by reference where it is larger than a cell)."""
+    from hpccoll.algorithms import TABLE, Choice, capabilities, message_bytes
+    n = ctx.world.size
+    choice = Choice(message_bytes(coll, count, n, itemsize), shm="flat", cma=True,
+                    ranks=n, cell_bytes=ctx.settings.cell_bytes)
+    rows = next(rows for name, rows, _ in TABLE[coll] if name == "cells")
+    return any(row.holds(choice, capabilities(choice)) for row in rows)
 
 
 def ref_bcast_count(itemsize):
@@ -284,7 +295,12 @@ def test_by_reference_broadcast_gather_scatter_exact(cctx, mpi_world, dtype):
                 w.scatter(None, np.empty(count, dtype), root=root).wait()
     used = {(c, a) for c, a in algos(cctx)}
     if by_reference(cctx):
-        assert {("broadcast", "cells"), ("gather", "cells"), ("scatter", "cells")} <= used, used
+        itemsize = np.dtype(dtype).itemsize
+        want = {(coll, "cells") for coll in ("broadcast", "gather", "scatter")
+                if any(ref_rows_hold(cctx, coll, count, itemsize)
+                       for count in ref_counts(cctx, itemsize))}
+        assert ("broadcast", "cells") in want and ("scatter", "cells") in want, want
+        assert want <= used, used
 
 
 @pytest.mark.mpi(min_size=2)
@@ -318,7 +334,10 @@ def test_by_reference_in_opposite_orders_on_three_communicators(cctx):
                         got, np.repeat(1000 * it + np.arange(n), gcount))
                 buf[:] = -1          # the caller may reuse it now
         if by_reference(cctx):
-            assert {a for _, a in algos(cctx)} == {"cells"}
+            used = algos(cctx)      # (once: it clears the trace)
+            assert {a for c, a in used if c == "broadcast"} == {"cells"}
+            assert ({a for c, a in used if c == "gather"} == {"cells"}) == \
+                ref_rows_hold(cctx, "gather", gcount, 8)
     finally:
         for c in comms:
             c.free()
@@ -342,6 +361,9 @@ def test_by_reference_a_rank_late_by_100_ms(cctx):
     if r == late:
         np.testing.assert_array_equal(got, np.repeat(np.arange(n), count))
     if by_reference(cctx):
-        assert {a for _, a in algos(cctx)} == {"cells"}
+        used = algos(cctx)          # (once: it clears the trace)
+        assert {a for c, a in used if c == "broadcast"} == {"cells"}
+        assert ({a for c, a in used if c == "gather"} == {"cells"}) == \
+            ref_rows_hold(cctx, "gather", count, 4)
         if r == 0:
             assert waited >= 0.05    # the root waited for the late reader (no other did)

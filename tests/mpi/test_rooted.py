@@ -65,7 +65,7 @@ def check_algo(work, comm, algo, dtype):
         nbytes, cell_bytes = work.plan.nbytes, st.ctx.settings.cell_bytes
         one_node = shm and len(shm["local"]) == comm.size and st.ctx.c_programs
         choice = Choice(nbytes, shm="flat", cma=bool(one_node and shm["area"].cma),
-                        cell_bytes=cell_bytes)
+                        ranks=comm.size, cell_bytes=cell_bytes)
         rows = next(rows for name, rows, _ in TABLE[work.plan.coll] if name == "cells")
         fits = one_node and (nbytes <= cell_bytes or any(
             row.holds(choice, capabilities(choice)) for row in rows))
