@@ -133,8 +133,8 @@ static void copy_bytes(char *restrict d, const char *restrict s, size_t n) {
  * private on our EPYC VMs: 1.5-1.9 ms against 2.4-2.6 with the vector loop; at 1 MiB
  * no gain).
  *
- * Copies of slot_stream_bytes (16 KiB) or more into node-shared memory (a slot, a peer's
- * registered buffer) stream too: the lines they rewrite were read by a peer's core a call
+ * Copies of slot_stream_bytes (32 KiB) or more into node-shared memory (a slot, a peer's
+ * registered buffer) stream too, where the result does not (run): the lines they rewrite were read by a peer's core a call
  * ago, and a cached store must first take each line back from that core's cache, one at
  * a time in effect: 64 KiB took 10 us (33-38 us where the host placed the two cores far
  * apart) against 2 us streamed (scripts/floor_handoff.py measures it).  2 ranks, mpi4py's
@@ -145,9 +145,9 @@ static void copy_bytes(char *restrict d, const char *restrict s, size_t n) {
  * 2.91x against 1.73x, allgather 256 KiB 2.54x against 1.77x.  (16 KiB rows even or
  * behind: scatter 16 KiB 1.16x against 1.28x; gather 256 KiB, whose root copies out what
  * one peer copied in, 0.82x against 0.94x in one phase of the host, where cached stores
- * were at 0.26x in the other; where
- * two vCPUs share one core's L2 cached stores won in a C loop of the handoff, 128 KiB 5
- * against 17 us, a placement MPI's core binding avoids.) */
+ * were at 0.26x in the other; where two vCPUs share one core's L2 cached stores won in a
+ * C loop of the handoff, 128 KiB 5 against 17 us, a placement MPI's core binding
+ * avoids.) */
 static int64_t stream_bytes = 4 << 20;
 static int64_t slot_stream_bytes = 32 << 10;
 
@@ -361,26 +361,26 @@ fail:
     return NULL;
 }
 
-/* set_stream_bytes(n) -> previous: the receive-buffer size from which copies into it
- * stream (-1: never); for tests and measurements */
-static PyObject *set_stream_bytes(PyObject *self, PyObject *arg) {
+/* *var = arg; returns its previous value (the setters below) */
+static PyObject *swap_bytes(int64_t *var, PyObject *arg) {
     long long v = PyLong_AsLongLong(arg);
     if (v == -1 && PyErr_Occurred())
         return NULL;
-    long long old = stream_bytes;
-    stream_bytes = v;
+    long long old = *var;
+    *var = v;
     return PyLong_FromLongLong(old);
+}
+
+/* set_stream_bytes(n) -> previous: the receive-buffer size from which copies into it
+ * stream (-1: never); for tests and measurements */
+static PyObject *set_stream_bytes(PyObject *self, PyObject *arg) {
+    return swap_bytes(&stream_bytes, arg);
 }
 
 /* set_slot_stream_bytes(n) -> previous: the copy size from which copies into
  * node-shared memory stream (-1: never); for tests and measurements */
 static PyObject *set_slot_stream_bytes(PyObject *self, PyObject *arg) {
-    long long v = PyLong_AsLongLong(arg);
-    if (v == -1 && PyErr_Occurred())
-        return NULL;
-    long long old = slot_stream_bytes;
-    slot_stream_bytes = v;
-    return PyLong_FromLongLong(old);
+    return swap_bytes(&slot_stream_bytes, arg);
 }
 
 /* ---- Cells: small collectives in one handoff (engine/code.py: cells_layout) ----------

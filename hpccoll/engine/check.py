@@ -38,7 +38,7 @@ def digest_check(digest: int, seq: int, comm, mpi_comm, tag) -> "CheckLane":
     ledger = comm.ledger
     shm = comm.shm
     if shm and len(shm["local"]) == comm.size:
-        return BoardCheckLane(digest, comm, shm["area"], seq // ledger.every, ledger.every)
+        return BoardCheckLane(digest, comm, shm["area"], seq // ledger.every)
     return CheckLane(digest, ledger.padded_later(ledger.every), comm, mpi_comm, tag)
 
 
@@ -125,11 +125,11 @@ class BoardCheckLane(CheckLane):
     stays pending until then.  A peer that already reused the entry (BOARD_ENTRIES
     checks ahead) left a later digest: compared once this rank got that far, as a
     control-plane note is (``Ledger.pending``)."""
-    __slots__ = ("area", "number", "every", "probed")
+    __slots__ = ("area", "number", "probed")
 
-    def __init__(self, value: int, comm, area, number: int, every: int):
+    def __init__(self, value: int, comm, area, number: int):
         CheckLane.__init__(self, value, None, comm, None, None)
-        self.area, self.number, self.every = area, number, every
+        self.area, self.number = area, number
         self.probed = False
 
     def start(self) -> None:
@@ -145,6 +145,7 @@ class BoardCheckLane(CheckLane):
         area, number = self.area, self.number
         differ = False
         later = []
+        every = comm.ledger.every
         for q in range(area.size):
             if q == area.rank:
                 continue
@@ -152,7 +153,7 @@ class BoardCheckLane(CheckLane):
             if got < number:
                 return False         # q has not posted it yet (or is rewriting it)
             if got > number:
-                later.append(((got + 1) * self.every - 1, digest))
+                later.append(((got + 1) * every - 1, digest))
             elif digest != self.value:
                 differ = True
         if differ:

@@ -60,13 +60,13 @@ def need_native() -> None:
 
 
 @contextlib.contextmanager
-def streaming(on: str):
-    """The C executor's copies into the receive buffer ("recv": as from a 4 MiB result
-    on, _native.c's stream_bytes lowered to 0) or into node-shared memory ("slots": as
-    from a 32 KiB copy on, slot_stream_bytes lowered to 0) streamed past the caches, or
-    neither (""), then as before."""
-    old = code._native.set_stream_bytes(0 if on == "recv" else -1)
-    old_slot = code._native.set_slot_stream_bytes(0 if on == "slots" else -1)
+def streaming(how: str):
+    """The C executor's copies into the receive buffer ("streamed": as from a 4 MiB
+    result on, _native.c's stream_bytes lowered to 0) or into node-shared memory ("slots
+    streamed": as from a 32 KiB copy on, slot_stream_bytes lowered to 0) streamed past
+    the caches, or neither (anything else), then as before."""
+    old = code._native.set_stream_bytes(0 if how == "streamed" else -1)
+    old_slot = code._native.set_slot_stream_bytes(0 if how == "slots streamed" else -1)
     try:
         yield
     finally:
@@ -82,7 +82,7 @@ def executor(request):
         yield "python"
         return
     need_native()
-    with streaming({"streamed": "recv", "slots streamed": "slots"}.get(request.param, "")):
+    with streaming(request.param):
         yield "native"
 
 
@@ -373,7 +373,7 @@ def stream(request):
     caches as in one of 4 MiB and up, or copies into node-shared memory (an address)
     streamed as from 32 KiB."""
     need_native()
-    with streaming({"streamed": "recv", "slots streamed": "slots"}.get(request.param, "")):
+    with streaming(request.param):
         yield request.param
 
 
