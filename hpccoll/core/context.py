@@ -13,13 +13,14 @@ import numpy as np
 from mpi4py import MPI
 
 from ..algorithms import calibration
-from ..base.ops import DTYPE_CODE, DTYPES
+from ..base.ops import DTYPE_CODE, DTYPES, dtype_name
 from .. import config
 from ..config import Settings, resolve
 from ..engine import code, progress
 from ..engine.control import TAG_CLOSING
 from ..engine.crosscheck import final_check, unseen
 from ..engine.engine import Engine
+from ..engine.task import TRACE_FIELDS
 from ..errors import (ArgumentError, ArgumentTypeError, CollectiveTimeout, ContextClosed,
                       HpcCollError, ResourcesExhausted)
 from ..transport import mpi as transport
@@ -306,12 +307,16 @@ class Context:
             if clear:
                 engine.trace.clear()
         shift = self._epoch
-        for r in records:
+        out = []
+        for values in records:
+            r = dict(zip(TRACE_FIELDS, values))
+            r["dtype"] = dtype_name(r["dtype"])
             for k in ("t_issue", "t_start", "t_end"):
                 if r[k] is not None:
                     r[k] += shift
-            r["yield_times"] = [t + shift for t in r["yield_times"]]
-        return records
+            r["yield_times"] = [t + shift for t in r["yield_times"] or ()]
+            out.append(r)
+        return out
 
     # -- internals ---------------------------------------------------------------------
     def _register(self, comm: Communicator) -> None:

@@ -65,6 +65,12 @@ def new(engine, comm, plan, seq, key, lane, result, check=None, prev=None, gated
                  gated)
 
 
+# the names of a trace record's values (Task.trace_record), in order
+TRACE_FIELDS = ("rank", "comm", "ident", "coll", "dtype", "count", "bytes", "algo", "ops",
+                "state", "t_issue", "t_start", "t_end", "tries", "yields", "yields_progress",
+                "polls", "gseq", "yield_times")
+
+
 class Task(Work):
     def __init__(self, engine, comm, plan, seq, key, lane, result, check=None, prev=None,
                  gated=False):
@@ -242,17 +248,14 @@ class Task(Work):
         if self.check is not None:
             self.check.cancel()
 
-    def trace_record(self, rank: int) -> dict:
-        """One trace entry (monotonic seconds; Context.trace() adds wall-clock times)."""
-        return {
-            "rank": rank, "comm": self.comm.name, "ident": self.ident, "coll": self.coll,
-            "dtype": dtype_name(self.dtype), "count": self.count,
-            "bytes": self.count * self.dtype.itemsize, "algo": self.lane.program.algo,
-            "ops": self.plan.backend, "state": self.state, "t_issue": self.t_issue,
-            "t_start": self.t_start, "t_end": self.t_end, "tries": self.tries,
-            "yields": self.yields, "yields_progress": self.yields_progress, "polls": self.polls,
-            "gseq": self.gseq, "yield_times": list(self.yield_times or ()),
-        }
+    def trace_record(self, rank: int) -> tuple:
+        """One trace entry, the values of TRACE_FIELDS in order (monotonic seconds):
+        a tuple, because a record is taken at every completion of a traced run and a dict
+        of 19 keys would be most of the cost; Context.trace() makes the dicts."""
+        return (rank, self.comm.name, self.ident, self.coll, self.dtype, self.count,
+                self.count * self.dtype.itemsize, self.lane.program.algo, self.plan.backend,
+                self.state, self.t_issue, self.t_start, self.t_end, self.tries, self.yields,
+                self.yields_progress, self.polls, self.gseq, self.yield_times)
 
     # -- diagnosis --------------------------------------------------------------------
     def snapshot(self) -> dict:
