@@ -91,12 +91,13 @@ def run(args) -> int:
             all_ok = mpi.allreduce(ok, op=MPI.LAND)
             failures += not all_ok
             rows.append((coll, nbytes, np.median(t_ours), np.median(t_mpi), all_ok))
-    policy = ctx.policy
+    policy, handoff = ctx.policy, ctx.handoff_ns
     ctx.close()
     if mpi.rank == 0:
         lib = MPI.Get_library_version().splitlines()[0].strip()
         print(f"hpccoll {hpccoll.__version__}: {mpi.size} ranks, {lib}, policy {policy}, "
-              f"host arrays (float32), {args.iters} iterations, medians of the slowest rank")
+              f"host arrays (float32), {args.iters} iterations, medians of the slowest rank"
+              + (f", a cache-line handoff {handoff:.0f} ns" if handoff == handoff else ""))
         print(f"{'collective':<15}{'size':>10}{'hpccoll (us)':>14}{'MPI (us)':>11}{'ratio':>8}"
               f"  check vs MPI")
         for coll, nbytes, a, b, ok in rows:

@@ -23,30 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hpccoll  # noqa: E402
+from hpccoll.engine import code  # noqa: E402
 from hpccoll.engine.code import _native  # noqa: E402
-
-
-def handoff_ns(node, rounds: int) -> float:
-    """Median one-way handoff (ns) between local ranks 0 and 1 over two cache lines of a
-    shared window, five runs."""
-    from mpi4py import MPI
-    win = MPI.Win.Allocate_shared(256 if node.rank < 2 else 0, 1, comm=node)
-    try:
-        lines = [np.frombuffer(win.Shared_query(q)[0], np.int64) for q in range(2)]
-        addr = [a.__array_interface__["data"][0] for a in lines]
-        # 256 bytes each: a 64-byte-aligned line inside, away from the neighbour's
-        mine = [(x + 127) // 64 * 64 for x in addr]
-        got = []
-        for _ in range(5):
-            node.Barrier()
-            if node.rank < 2:
-                ns = _native.handoff(mine[node.rank], mine[1 - node.rank], rounds,
-                                     node.rank == 0)
-                got.append(ns / rounds / 2)
-        node.Barrier()
-        return float(np.median(got)) if got else float("nan")
-    finally:
-        win.Free()
 
 
 def slot_handoff_us(node, nbytes: int, calls: int) -> tuple:
@@ -136,7 +114,7 @@ def main() -> int:
     if node.size < 2:
         print("run it with at least 2 ranks on one node", file=sys.stderr)
         return 1
-    h = handoff_ns(node, args.rounds)
+    h = code.handoff_ns(node, args.rounds, runs=5, limit_ns=-1)
     slot = slot_handoff_us(node, args.slot_bytes, args.calls) if args.slot_bytes else None
     x = np.ones(2, np.float32)
     y = np.empty_like(x)

@@ -147,9 +147,12 @@ static void copy_bytes(char *restrict d, const char *restrict s, size_t n) {
  * one peer copied in, 0.82x against 0.94x in one phase of the host, where cached stores
  * were at 0.26x in the other; where two vCPUs share one core's L2 cached stores won in a
  * C loop of the handoff, 128 KiB 5 against 17 us, a placement MPI's core binding
- * avoids.) */
+ * avoids.)  Copies of slot_stream_limit or more stay cached (-1: none): a context sets
+ * it from how fast a cache line goes between the node's cores (engine/code.py:
+ * SLOT_STREAM_LIMITS; where they share caches a peer reads cached copies from there). */
 static int64_t stream_bytes = 4 << 20;
 static int64_t slot_stream_bytes = 32 << 10;
+static int64_t slot_stream_limit = -1;
 
 #if defined(__x86_64__)
 #define CAN_STREAM 1
@@ -307,7 +310,8 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             break;
         case OP_COPY:
             /* (kind 3, an address: a slot or a peer's registered buffer) */
-            if ((stream && ins[1] == 1) || (ins[1] == 3 && ins[5] >= slot_stream))
+            if ((stream && ins[1] == 1) || (ins[1] == 3 && ins[5] >= slot_stream
+                                              && (slot_stream_limit < 0 || ins[5] < slot_stream_limit)))
                 stream_copy(at(bufs, ins[1], ins[2]), at(bufs, ins[3], ins[4]), (size_t)ins[5]);
             else
                 copy_bytes(at(bufs, ins[1], ins[2]), at(bufs, ins[3], ins[4]), (size_t)ins[5]);
@@ -381,6 +385,12 @@ static PyObject *set_stream_bytes(PyObject *self, PyObject *arg) {
  * node-shared memory stream (-1: never); for tests and measurements */
 static PyObject *set_slot_stream_bytes(PyObject *self, PyObject *arg) {
     return swap_bytes(&slot_stream_bytes, arg);
+}
+
+/* set_slot_stream_limit(n) -> previous: copies into node-shared memory of n bytes or
+ * more do not stream (-1: no limit) */
+static PyObject *set_slot_stream_limit(PyObject *self, PyObject *arg) {
+    return swap_bytes(&slot_stream_limit, arg);
 }
 
 /* ---- Cells: small collectives in one handoff (engine/code.py: cells_layout) ----------
@@ -764,36 +774,67 @@ static PyObject *cell_waits(PyObject *self, PyObject *const *args, Py_ssize_t na
     return out;
 }
 
-/* handoff(mine, peer, rounds, first) -> ns: a flag ping-pong between two processes over
- * two cache lines of node-shared memory (the floor under every small collective): each
- * round this side waits for the peer's flag to reach its count, then stores its own.
- * scripts/floor_handoff.py times it. */
+/* handoff(mine, peer, rounds, first, limit_ns) -> (ns, rounds done): a flag ping-pong
+ * between two processes over two cache lines of node-shared memory (the floor under
+ * every small collective): each round this side waits for the peer's flag to reach its
+ * count, then stores its own.  A side still waiting limit_ns after it began (-1: no
+ * limit) stores HANDOFF_STOP instead and returns; a side that sees HANDOFF_STOP stores it
+ * too and returns, so neither waits for the other past the limit (a peer without a core:
+ * the probe at context creation must not stall it).  Lines that saw a stop are not used
+ * again.  engine/code.py: handoff_ns. */
+#define HANDOFF_STOP INT64_MAX
+
+static int handoff_wait(int64_t *mine, int64_t *peer, int64_t want,
+                        const struct timespec *t0, long long limit) {
+    unsigned spins = 0;
+    int64_t got;
+    while ((got = __atomic_load_n(peer, __ATOMIC_ACQUIRE)) < want) {
+        if (limit >= 0 && (++spins & 1023) == 0) {
+            struct timespec t;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((long long)(t.tv_sec - t0->tv_sec) * 1000000000LL + (t.tv_nsec - t0->tv_nsec)
+                    > limit) {
+                __atomic_store_n(mine, HANDOFF_STOP, __ATOMIC_RELEASE);
+                return 0;
+            }
+        }
+    }
+    if (got == HANDOFF_STOP) {
+        __atomic_store_n(mine, HANDOFF_STOP, __ATOMIC_RELEASE);
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *handoff(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "handoff(mine, peer, rounds, first)");
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "handoff(mine, peer, rounds, first, limit_ns)");
         return NULL;
     }
     int64_t *mine = (int64_t *)(intptr_t)PyLong_AsLongLong(args[0]);
     int64_t *peer = (int64_t *)(intptr_t)PyLong_AsLongLong(args[1]);
     long long rounds = PyLong_AsLongLong(args[2]);
     int first = PyObject_IsTrue(args[3]);
+    long long limit = PyLong_AsLongLong(args[4]);
     if (PyErr_Occurred())
         return NULL;
     int64_t base = __atomic_load_n(mine, __ATOMIC_ACQUIRE);
     struct timespec t0, t1;
+    long long done = 0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (long long i = 1; i <= rounds; i++) {
-        if (!first)
-            while (__atomic_load_n(peer, __ATOMIC_ACQUIRE) < base + i)
-                ;
-        __atomic_store_n(mine, base + i, __ATOMIC_RELEASE);
-        if (first)
-            while (__atomic_load_n(peer, __ATOMIC_ACQUIRE) < base + i)
-                ;
+    if (base != HANDOFF_STOP) {
+        for (long long i = 1; i <= rounds; i++) {
+            if (!first && !handoff_wait(mine, peer, base + i, &t0, limit))
+                break;
+            __atomic_store_n(mine, base + i, __ATOMIC_RELEASE);
+            if (first && !handoff_wait(mine, peer, base + i, &t0, limit))
+                break;
+            done = i;
+        }
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    return PyLong_FromLongLong((long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL +
-                               (t1.tv_nsec - t0.tv_nsec));
+    return Py_BuildValue("LL", (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL +
+                         (t1.tv_nsec - t0.tv_nsec), done);
 }
 
 /* Lock: threading.Lock's acquire, release, locked and with, for the per-call path's two
@@ -950,6 +991,9 @@ static PyTypeObject LockType = {
 };
 
 static PyMethodDef methods[] = {
+    {"set_slot_stream_limit", set_slot_stream_limit, METH_O,
+     "set_slot_stream_limit(n) -> previous: copies into node-shared memory of n bytes or "
+     "more do not stream (-1: no limit)"},
     {"set_slot_stream_bytes", set_slot_stream_bytes, METH_O,
      "set_slot_stream_bytes(n) -> previous: copies of n bytes or more into node-shared "
      "memory use non-temporal stores (-1: never); for tests and measurements"},
@@ -967,7 +1011,8 @@ static PyMethodDef methods[] = {
     {"cell_waits", (PyCFunction)(void (*)(void))cell_waits, METH_FASTCALL,
      "cell_waits(layout, seq) -> list: the ranks whose cell this rank still waits for"},
     {"handoff", (PyCFunction)(void (*)(void))handoff, METH_FASTCALL,
-     "handoff(mine, peer, rounds, first) -> ns: a flag ping-pong between two processes"},
+     "handoff(mine, peer, rounds, first, limit_ns) -> (ns, rounds done): a flag ping-pong "
+     "between two processes"},
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL,
      "run(code, pc, base, send, recv, scratch) -> (pc, waits): execute an encoded "
      "shared-memory program from pc until a flag wait that does not hold, or the end"},

@@ -33,7 +33,7 @@ import numpy as np
 from ..algorithms.primitives import (PEER, PRECV, PSEND, SLOT, Copy, Post, Publish, Reduce,
                                      ReduceN, Scale, Signal, Wait, WaitFlags)
 from ..base import ops as table
-from ..transport import cma
+from ..transport import cma, shm
 from ..transport.shm import ADDR, CELL_RING, FLAG_STRIDE
 
 # the instruction set (both executors; _native has the node-shared ones: NATIVE_OPCODES)
@@ -83,6 +83,52 @@ else:
 
 # a reduction's sources and a wait's peers are the ranks of a node: what one row holds
 C_MAX_RANKS = (_native.NROW - 6) // 2 if _native is not None else 0
+
+
+# How far copies into node-shared memory stream (_native.c: slot_stream_bytes from
+# 32 KiB), by how long a cache line takes from one of the node's cores to another
+# (handoff_ns): the first row whose bound holds gives the copy size from which copies are
+# cached again (-1: none).  Where a line hands off fast (the cores share their caches) a
+# peer reads a cached copy from those caches, a streamed one from memory: 2 ranks, 60 ns
+# handoffs, mpi4py's collectives in the same jobs, four jobs, medians (us), streamed
+# from 32 KiB against streamed below 128 KiB: allreduce 64 KiB 17.3 / 12.8, 256 KiB
+# 52.3 / 35.9, 1 MiB 157 / 130; reduce 1 MiB 100 / 70; reduce_scatter 1 MiB 86 / 44;
+# allgather, broadcast no slower (all cached: allreduce 64 KiB 14.3).  Where it hands off
+# slowly (250 ns: the host placed the cores apart) every streamed size was ahead (1 MiB
+# allreduce 1.63x MPI against 1.18x cached, gather 1.33x against 0.25x).  nan (not
+# measured: one rank on the node, more ranks than cores) streams as the slow row.
+SLOT_STREAM_LIMITS = ((120.0, 128 << 10), (float("inf"), -1))
+
+
+def handoff_ns(node, rounds: int = 1000, runs: int = 3, limit_ns: int = 20_000_000) -> float:
+    """The median one-way time (ns) a cache line takes between the node's local ranks 0
+    and 1 (half a flag round trip; ``runs`` runs of ``rounds``, each given up after
+    ``limit_ns``), rank 0's figure on every rank of ``node``; nan with fewer than two
+    ranks or no C executor.  Collective over ``node``; the two ranks spin."""
+    got = []
+    if node.size > 1 and _native is not None:
+        with shm.flag_lines(node) as lines:
+            stopped = False
+            for _ in range(runs):
+                node.Barrier()
+                if lines is not None and not stopped:
+                    ns, done = _native.handoff(lines[0], lines[1], rounds, node.rank == 0,
+                                               limit_ns)
+                    stopped = done < rounds
+                    if done:
+                        got.append(ns / done / 2)
+    return node.bcast(float(np.median(got)) if got else float("nan"), root=0)
+
+
+def stream_slots(handoff: float) -> int:
+    """Set how far the C executor's copies into node-shared memory stream, for a node
+    whose cache lines hand off in ``handoff`` ns (SLOT_STREAM_LIMITS); returns the copy
+    size from which they are cached again (-1: none)."""
+    limit = next(lim for bound, lim in SLOT_STREAM_LIMITS if handoff <= bound) \
+        if handoff == handoff else -1
+    if _native is not None:
+        _native.set_slot_stream_limit(limit)
+    return limit
 
 
 def c_reduces(dtype: np.dtype, op: Optional[str]) -> bool:

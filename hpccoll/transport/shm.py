@@ -34,6 +34,7 @@ import secrets
 import tempfile
 import warnings
 import weakref
+from contextlib import contextmanager
 from typing import Optional
 
 import numpy as np
@@ -62,6 +63,27 @@ def node_comm(comm, world_ranks, node_size: Optional[int]):
         color = world_ranks[comm.Get_rank()] // node_size
         return comm.Split(color, comm.Get_rank())
     return comm.Split_type(MPI.COMM_TYPE_SHARED, comm.Get_rank())
+
+
+@contextmanager
+def flag_lines(node):
+    """Two cache lines of node-shared memory, the node's local rank 0's and 1's, each
+    alone on its line: ``(mine, peer)`` addresses on those two ranks, None on the others
+    (engine/code.py: handoff_ns).  Collective over ``node``, entering and leaving."""
+    win = MPI.Win.Allocate_shared(256 if node.rank < 2 else 0, 1, comm=node)
+    try:
+        lines = None
+        if node.rank < 2:
+            # 256 bytes each: a 64-byte-aligned line inside, away from the neighbour's
+            views = [np.frombuffer(win.Shared_query(q)[0], np.int64) for q in range(2)]
+            views[node.rank][:] = 0
+            at = [(v.__array_interface__["data"][0] + 127) // 64 * 64 for v in views]
+            lines = (at[node.rank], at[1 - node.rank])
+        node.Barrier()
+        yield lines
+    finally:
+        node.Barrier()
+        win.Free()
 
 
 def headroom(ncomm) -> None:

@@ -1,12 +1,18 @@
 """The node-shared-memory transport: the algorithms the table picks, results against
 MPI's own collectives, registered buffers (ctx.empty / ctx.zeros) in every in-place form,
-asymmetric use caught, and the hierarchical algorithm on fake nodes (node_size)."""
+asymmetric use caught, the hierarchical algorithm on fake nodes (node_size), and the
+handoff probe that decides how far copies into node-shared memory stream."""
+import os
+import time
+
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 import hpccoll
 from hpccoll import ArgumentError, CollectiveMismatch
+from hpccoll.engine import code
+from hpccoll.transport import shm
 
 pytestmark = pytest.mark.mpi
 
@@ -465,3 +471,43 @@ def test_a_rank_without_the_c_executor_is_named(mpi_world, monkeypatch):
                       "lack the C executor (hpccoll/engine/_native.c, built at install where a "
                       "C compiler is present; `python -m hpccoll config` says so per install)"]
                      if r == 0 else [])
+
+
+def _node(mpi_world):
+    node = mpi_world.Split_type(MPI.COMM_TYPE_SHARED)
+    if node.size < 2 or code._native is None:
+        node.Free()
+        pytest.skip("needs 2 ranks on one node and the C executor")
+    return node
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_handoff_probe_gives_the_node_one_figure_and_the_context_its_streaming(mpi_world):
+    node = _node(mpi_world)
+    try:
+        h = code.handoff_ns(node, rounds=2000, runs=3)
+        assert len(set(node.allgather(h))) == 1
+        cores = frozenset().union(*node.allgather(frozenset(os.sched_getaffinity(0))))
+        if len(cores) >= node.size:       # every rank a core: a handoff takes nanoseconds, not a time slice
+            assert 0 < h < 100_000
+        with hpccoll.init(timeout=60) as c:
+            assert c.slot_stream_limit == code.stream_slots(c.handoff_ns)
+            assert (c.handoff_ns == c.handoff_ns) == (not c.oversubscribed and c.c_programs)
+    finally:
+        node.Free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_probe_whose_peer_never_answers_gives_up_and_stops_the_peer(mpi_world):
+    node = _node(mpi_world)
+    try:
+        with shm.flag_lines(node) as lines:
+            if node.rank == 0:
+                t0 = time.perf_counter()
+                ns, done = code._native.handoff(lines[0], lines[1], 10**9, True, 2_000_000)
+                assert done == 0 and time.perf_counter() - t0 < 5
+            node.Barrier()
+            if node.rank == 1:    # arrives after its peer gave up: stops at once, no limit
+                assert code._native.handoff(lines[0], lines[1], 10**9, False, -1)[1] == 0
+    finally:
+        node.Free()

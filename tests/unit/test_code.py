@@ -59,22 +59,30 @@ def need_native() -> None:
         pytest.skip("the C executor is not built here (no C compiler at install)")
 
 
+# (stream_bytes, slot_stream_bytes, slot_stream_limit) of each way the C executor copies
+STREAMING = {"streamed": (0, -1, -1), "slots streamed": (-1, 0, -1),
+             "slots streamed below 4 KiB": (-1, 0, 4096)}
+
+
 @contextlib.contextmanager
 def streaming(how: str):
     """The C executor's copies into the receive buffer ("streamed": as from a 4 MiB
     result on, _native.c's stream_bytes lowered to 0) or into node-shared memory ("slots
-    streamed": as from a 32 KiB copy on, slot_stream_bytes lowered to 0) streamed past
-    the caches, or neither (anything else), then as before."""
-    old = code._native.set_stream_bytes(0 if how == "streamed" else -1)
-    old_slot = code._native.set_slot_stream_bytes(0 if how == "slots streamed" else -1)
+    streamed": as from a 32 KiB copy on, slot_stream_bytes lowered to 0; "... below
+    4 KiB": larger ones cached, as code.stream_slots sets where cores share caches)
+    streamed past the caches, or neither (anything else), then as before."""
+    values = STREAMING.get(how, (-1, -1, -1))
+    setters = (code._native.set_stream_bytes, code._native.set_slot_stream_bytes,
+               code._native.set_slot_stream_limit)
+    old = [set_(v) for set_, v in zip(setters, values)]
     try:
         yield
     finally:
-        code._native.set_stream_bytes(old)
-        code._native.set_slot_stream_bytes(old_slot)
+        for set_, v in zip(setters, old):
+            set_(v)
 
 
-@pytest.fixture(params=["python", "native", "streamed", "slots streamed"])
+@pytest.fixture(params=["python", "native", *STREAMING])
 def executor(request):
     """Who runs the compiled programs: code.run's Python, or the C executor (_native.c),
     its copies cached, streamed into the receive buffer or streamed into slots."""
@@ -418,3 +426,17 @@ def test_the_c_executor_copies_and_reduces_long_unaligned_runs_exactly(nbytes, s
     code._native.run(rows, 0, 0, send, recv, None)
     want = (xs[0] + xs[1]) + xs[2]
     assert recv[4:4 + count * 4].tobytes() == want.tobytes()
+
+
+def test_how_far_slot_copies_stream_follows_the_handoff_table():
+    need_native()
+    old = code._native.set_slot_stream_limit(-1)
+    try:
+        near, far = code.SLOT_STREAM_LIMITS[0], code.SLOT_STREAM_LIMITS[-1]
+        assert code.stream_slots(near[0] / 2) == near[1] > 0
+        assert code._native.set_slot_stream_limit(-1) == near[1]   # what the executor got
+        assert code.stream_slots(near[0] * 4) == far[1] == -1
+        assert code.stream_slots(float("nan")) == -1                # not measured
+        assert code._native.set_slot_stream_limit(-1) == -1
+    finally:
+        code._native.set_slot_stream_limit(old)
