@@ -3,6 +3,7 @@ iterations: these are smoke tests of the tools, never timing assertions)."""
 from pathlib import Path
 
 from tests import launch
+from tests.unit.test_code import need_native
 
 SCRIPTS = Path(__file__).parents[2] / "scripts"
 
@@ -50,6 +51,7 @@ def test_floor_small_checks_every_row():
 
 
 def test_floor_handoff_reports_the_handoff_the_staged_copy_and_every_row():
+    need_native()        # the ping-pong is the C module's (engine/_native.c: handoff)
     proc = launch.run(2, [str(SCRIPTS / "floor_handoff.py"), "--rounds", "2000", "--calls",
                           "50", "--slot-bytes", "8192"], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
