@@ -177,12 +177,12 @@ class Context:
                     values[name], sources[name] = value, "oversubscribed node"
             self.settings = Settings(values, sources)
         # how fast a cache line goes from core to core here decides how far copies into
-        # node-shared memory stream (engine/code.py: SLOT_STREAM_LIMITS); measured where
+        # node-shared memory stream (engine/code.py: SLOT_STREAMING); measured where
         # every rank has a core of its own to spin on
         self.handoff_ns = float("nan")
         if self.c_programs and not self.oversubscribed and self._node.size > 1:
             self.handoff_ns = code.handoff_ns(self._node)
-        self.slot_stream_limit = code.stream_slots(self.handoff_ns)
+        self.slot_streaming = code.stream_slots(self.handoff_ns)
 
     def _load_calibration(self):
         """The ``calibration`` setting's table, as rank 0 reads it (every rank must choose

@@ -147,9 +147,9 @@ static void copy_bytes(char *restrict d, const char *restrict s, size_t n) {
  * one peer copied in, 0.82x against 0.94x in one phase of the host, where cached stores
  * were at 0.26x in the other; where two vCPUs share one core's L2 cached stores won in a
  * C loop of the handoff, 128 KiB 5 against 17 us, a placement MPI's core binding
- * avoids.)  Copies of slot_stream_limit or more stay cached (-1: none): a context sets
- * it from how fast a cache line goes between the node's cores (engine/code.py:
- * SLOT_STREAM_LIMITS; where they share caches a peer reads cached copies from there). */
+ * avoids.)  Copies of slot_stream_limit or more stay cached (-1: none).  A context sets
+ * both from how fast a cache line goes between the node's cores (engine/code.py:
+ * SLOT_STREAMING; where they share caches a peer reads cached copies from there). */
 static int64_t stream_bytes = 4 << 20;
 static int64_t slot_stream_bytes = 32 << 10;
 static int64_t slot_stream_limit = -1;

@@ -85,20 +85,26 @@ else:
 C_MAX_RANKS = (_native.NROW - 6) // 2 if _native is not None else 0
 
 
-# How far copies into node-shared memory stream (_native.c: slot_stream_bytes from
-# 32 KiB), by how long a cache line takes from one of the node's cores to another
-# (handoff_ns): the first row whose bound holds gives the copy size from which copies are
-# cached again (-1: none).  Where a line hands off fast (the cores share their caches) a
-# peer reads a cached copy from those caches, a streamed one from memory: 2 ranks, 60 ns
-# handoffs, mpi4py's collectives in the same jobs, four jobs, medians (us), streamed
-# from 32 KiB against streamed below 128 KiB: allreduce 64 KiB 17.3 / 12.8, 256 KiB
-# 52.3 / 35.9, 1 MiB 157 / 130; reduce 1 MiB 100 / 70; reduce_scatter 1 MiB 86 / 44;
-# allgather, broadcast no slower (all cached: allreduce 64 KiB 14.3).  Where it hands off
-# slowly (250 ns: the host placed the cores apart) every streamed size was ahead (1 MiB
-# allreduce 1.63x MPI against 1.18x cached, gather 1.33x against 0.25x).  nan (not
-# measured: one rank on the node, more ranks than cores) streams as the slow row.
-SLOT_STREAM_LIMITS = ((120.0, 128 << 10), (float("inf"), -1))
-
+# Which copies into node-shared memory stream (_native.c: slot_stream_bytes,
+# slot_stream_limit), by how long a cache line takes from one of the node's cores to
+# another (handoff_ns): the first row whose bound (ns) holds gives the copy sizes that
+# stream, from and below (-1: no bound).  Where a line hands off fast (the cores share
+# their caches) a peer reads a cached copy from those caches, a streamed one from memory:
+# 2 ranks, 60 ns handoffs, mpi4py's collectives in the same jobs, four jobs, medians
+# (us), streamed from 32 KiB against streamed below 128 KiB: allreduce 64 KiB 17.3 /
+# 12.8, 256 KiB 52.3 / 35.9, 1 MiB 157 / 130; reduce 1 MiB 100 / 70; reduce_scatter
+# 1 MiB 86 / 44; allgather, broadcast no slower (all cached: allreduce 64 KiB 14.3;
+# scatter 16 KiB cached 1.28-1.42x MPI, streamed 1.16-1.18x).  Where it hands off slowly
+# (250 ns: the host placed the cores apart) every streamed size was ahead (1 MiB
+# allreduce 1.63x MPI against 1.18x cached, gather 1.33x against 0.25x), from 16 KiB
+# too: mpi4py interleaved, three jobs, from 16 KiB against from 32 KiB: Bcast 16 KiB
+# 1.47-1.49x against 0.70-1.37x, Scatter 16 KiB 1.49-1.56 against 1.19-1.55, Allreduce
+# 32 KiB 2.09-2.19 against 1.46-1.48, Allgather 32 KiB 2.37-2.73 against 1.27-1.33,
+# Alltoall 32 KiB 1.98-2.23 against 1.07-1.09, Reduce 16-24 KiB even, Gather 16 KiB
+# 1.45-1.51 against 1.47-1.66 (from 8 KiB: no better, Gather 16 KiB 1.22-1.25).
+# Not measured (one rank on the node, more ranks than cores): NOT_MEASURED.
+SLOT_STREAMING = ((120.0, 32 << 10, 128 << 10), (float("inf"), 16 << 10, -1))
+NOT_MEASURED = (32 << 10, -1)
 
 def handoff_ns(node, rounds: int = 1000, runs: int = 3, limit_ns: int = 20_000_000) -> float:
     """The median one-way time (ns) a cache line takes between the node's local ranks 0
@@ -120,16 +126,16 @@ def handoff_ns(node, rounds: int = 1000, runs: int = 3, limit_ns: int = 20_000_0
     return node.bcast(float(np.median(got)) if got else float("nan"), root=0)
 
 
-def stream_slots(handoff: float) -> int:
-    """Set how far the C executor's copies into node-shared memory stream, for a node
-    whose cache lines hand off in ``handoff`` ns (SLOT_STREAM_LIMITS); returns the copy
-    size from which they are cached again (-1: none)."""
-    limit = next(lim for bound, lim in SLOT_STREAM_LIMITS if handoff <= bound) \
-        if handoff == handoff else -1
+def stream_slots(handoff: float) -> tuple:
+    """Set which of the C executor's copies into node-shared memory stream, for a node
+    whose cache lines hand off in ``handoff`` ns (SLOT_STREAMING; nan: NOT_MEASURED);
+    returns (from, below) in bytes (-1: no bound)."""
+    sizes = next(row[1:] for row in SLOT_STREAMING if handoff <= row[0]) \
+        if handoff == handoff else NOT_MEASURED
     if _native is not None:
-        _native.set_slot_stream_limit(limit)
-    return limit
-
+        _native.set_slot_stream_bytes(sizes[0])
+        _native.set_slot_stream_limit(sizes[1])
+    return sizes
 
 def c_reduces(dtype: np.dtype, op: Optional[str]) -> bool:
     """Whether the C executor has this reduction (op None: nothing to reduce).  Float max

@@ -493,7 +493,7 @@ def test_the_handoff_probe_gives_the_node_one_figure_and_the_context_its_streami
             # (nan: not one round in that time), never stuck
             assert h != h or 0 < h < 1e9
         with hpccoll.init(timeout=60) as c:
-            assert c.slot_stream_limit == code.stream_slots(c.handoff_ns)
+            assert c.slot_streaming == code.stream_slots(c.handoff_ns)
             assert (c.handoff_ns == c.handoff_ns) == (not c.oversubscribed and c.c_programs)
     finally:
         node.Free()

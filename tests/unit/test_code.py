@@ -428,15 +428,23 @@ def test_the_c_executor_copies_and_reduces_long_unaligned_runs_exactly(nbytes, s
     assert recv[4:4 + count * 4].tobytes() == want.tobytes()
 
 
-def test_how_far_slot_copies_stream_follows_the_handoff_table():
+def test_which_slot_copies_stream_follows_the_handoff_table():
     need_native()
-    old = code._native.set_slot_stream_limit(-1)
+    setters = (code._native.set_slot_stream_bytes, code._native.set_slot_stream_limit)
+    old = [set_(-1) for set_ in setters]
+
+    def executor_has():
+        got = tuple(set_(-1) for set_ in setters)
+        for set_, v in zip(setters, got):
+            set_(v)
+        return got
     try:
-        near, far = code.SLOT_STREAM_LIMITS[0], code.SLOT_STREAM_LIMITS[-1]
-        assert code.stream_slots(near[0] / 2) == near[1] > 0
-        assert code._native.set_slot_stream_limit(-1) == near[1]   # what the executor got
-        assert code.stream_slots(near[0] * 4) == far[1] == -1
-        assert code.stream_slots(float("nan")) == -1                # not measured
-        assert code._native.set_slot_stream_limit(-1) == -1
+        near, far = code.SLOT_STREAMING[0], code.SLOT_STREAMING[-1]
+        assert code.stream_slots(near[0] / 2) == near[1:] == executor_has()
+        assert near[2] > near[1] > 0                          # a bound above where it starts
+        assert code.stream_slots(near[0] * 4) == far[1:] == executor_has()
+        assert far[0] == float("inf") and far[2] == -1
+        assert code.stream_slots(float("nan")) == code.NOT_MEASURED == executor_has()
     finally:
-        code._native.set_slot_stream_limit(old)
+        for set_, v in zip(setters, old):
+            set_(v)
