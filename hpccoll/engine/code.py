@@ -106,6 +106,7 @@ C_MAX_RANKS = (_native.NROW - 6) // 2 if _native is not None else 0
 SLOT_STREAMING = ((120.0, 32 << 10, 128 << 10), (float("inf"), 16 << 10, -1))
 NOT_MEASURED = (32 << 10, -1)
 
+
 def handoff_ns(node, rounds: int = 1000, runs: int = 3, limit_ns: int = 20_000_000) -> float:
     """The median one-way time (ns) a cache line takes between the node's local ranks 0
     and 1 (half a flag round trip; ``runs`` runs of ``rounds``, each given up after
@@ -136,6 +137,7 @@ def stream_slots(handoff: float) -> tuple:
         _native.set_slot_stream_bytes(sizes[0])
         _native.set_slot_stream_limit(sizes[1])
     return sizes
+
 
 def c_reduces(dtype: np.dtype, op: Optional[str]) -> bool:
     """Whether the C executor has this reduction (op None: nothing to reduce).  Float max
