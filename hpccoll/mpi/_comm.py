@@ -92,8 +92,8 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         self._run = calls.Runner(hc, mpi_comm, self._stats)
         # the Call of the last small plain arrays of Bcast and Allreduce (calls.RECENT_BYTES),
         # with their counters (_buffers.py); Free empties them
-        self._last_bcast = [None] * 6
-        self._last_allreduce = [None] * 8
+        self._last_bcast = [None] * 7
+        self._last_allreduce = [None] * 9
         self._heads: dict = {}     # the lowercase methods' header buffers (_objects._headers)
 
     def __repr__(self) -> str:
