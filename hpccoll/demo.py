@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 import hpccoll
-from .timing import human_bytes, parse_bytes, time_interleaved
+from .timing import handoff_note, human_bytes, parse_bytes, time_interleaved
 
 COLLS = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier")
 
@@ -97,7 +97,7 @@ def run(args) -> int:
         lib = MPI.Get_library_version().splitlines()[0].strip()
         print(f"hpccoll {hpccoll.__version__}: {mpi.size} ranks, {lib}, policy {policy}, "
               f"host arrays (float32), {args.iters} iterations, medians of the slowest rank"
-              + (f", a cache-line handoff {handoff:.0f} ns" if handoff == handoff else ""))
+              + handoff_note(handoff))
         print(f"{'collective':<15}{'size':>10}{'hpccoll (us)':>14}{'MPI (us)':>11}{'ratio':>8}"
               f"  check vs MPI")
         for coll, nbytes, a, b, ok in rows:

@@ -30,5 +30,12 @@ def time_interleaved(mpi_comm, fns: Sequence[Callable[[], None]], iters: int, wa
     return [worst[j] for j in range(k)]
 
 
+def handoff_note(ns: float) -> str:
+    """", a cache-line handoff N ns" for a benchmark's header (``ctx.handoff_ns``), "" where
+    it was not measured: where the ranks' cores lie moves every shared-memory figure
+    (docs/performance.md, "The floor")."""
+    return f", a cache-line handoff {ns:.0f} ns" if ns == ns else ""
+
+
 def parse_bytes(text: str) -> int:
     return parse_size(text)

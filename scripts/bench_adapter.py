@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hpccoll.mpi  # noqa: E402
-from hpccoll.timing import human_bytes, parse_bytes, time_interleaved  # noqa: E402
+from hpccoll.timing import handoff_note, human_bytes, parse_bytes, time_interleaved  # noqa: E402
 
 
 def main() -> int:
@@ -87,11 +87,12 @@ def main() -> int:
         raise SystemExit(f"--objects: unknown row(s) {', '.join(map(repr, unknown))}; "
                          f"expected all, none or some of: {', '.join(OBJECT_ROWS)}")
     objects = [object_row(world, comm, mine, name, args.iters, args.loop) for name in names]
+    handoff = comm.context.handoff_ns
     comm.context.close()
     mine.Free()
     if r == 0 and rows:
         print(f"hpccoll.mpi.Comm vs mpi4py, {n} ranks, float32, blocking calls, medians of the "
-              "slowest rank")
+              f"slowest rank{handoff_note(handoff)}")
         print(f"{'call':<11}{'size':>9}{'adapter us':>12}{'mpi4py us':>11}{'ratio':>8}  check")
         for name, nbytes, a, b, ok in rows:
             print(f"{name:<11}{human_bytes(nbytes):>9}{a * 1e6:>12.1f}{b * 1e6:>11.1f}"

@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hpccoll  # noqa: E402
 from hpccoll.chaos import latin_square  # noqa: E402
-from hpccoll.timing import human_bytes, parse_bytes  # noqa: E402
+from hpccoll.timing import handoff_note, human_bytes, parse_bytes  # noqa: E402
 
 
 class Workload:
@@ -137,8 +137,9 @@ def main() -> int:
     opts = {} if args.max_active is None else {"max_active": args.max_active}
     ctxs = {p: hpccoll.init(policy=p, timeout=120, **opts) for p in policies}
     if world.rank == 0:
-        print(f"# {world.size} ranks; baseline: I<coll> on every communicator + Waitall; "
-              f"ratio = baseline time / hpccoll time (> 1: hpccoll faster)")
+        handoff = handoff_note(next(iter(ctxs.values())).handoff_ns) if ctxs else ""
+        print(f"# {world.size} ranks{handoff}; baseline: I<coll> on every communicator + "
+              f"Waitall; ratio = baseline time / hpccoll time (> 1: hpccoll faster)")
         head = f"{'workload':<8} {'size':>7} {'mpi us':>10}"
         for p in policies:
             head += f" {p + ' us':>15} {'ratio':>6}"

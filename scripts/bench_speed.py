@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hpccoll  # noqa: E402
-from hpccoll.timing import human_bytes  # noqa: E402
+from hpccoll.timing import handoff_note, human_bytes  # noqa: E402
 
 FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
           "reduce_scatter": lambda n: (n - 1) / n}
@@ -121,6 +121,7 @@ def main() -> int:
         return 0
     rows = []
     with hpccoll.init(timeout=300) as ctx:
+        handoff = ctx.handoff_ns
         plan = [("allreduce", b, reg) for reg in (False, True) for b in (8, 1 << 20, 16 << 20, 64 << 20)]
         plan += [("allgather", 16 << 20, True), ("allgather", 16 << 20, "in place"),
                  ("reduce_scatter", 16 << 20, True)]
@@ -135,7 +136,7 @@ def main() -> int:
     if mpi.rank == 0:
         n = mpi.size
         print(f"hpccoll vs MPI, {n} ranks, {MPI.Get_library_version().splitlines()[0].strip()}, "
-              f"float32 sum, interleaved, medians of the slowest rank")
+              f"float32 sum, interleaved, medians of the slowest rank{handoff_note(handoff)}")
         print(f"{'collective':<15}{'buffers':<11}{'size':>9}{'hpccoll us':>12}{'MPI us':>11}"
               f"{'busbw':>8}{'MPI busbw':>10}{'ratio':>7}  check")
         for coll, nbytes, reg, a, b, size, ok in rows:
