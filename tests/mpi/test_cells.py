@@ -12,6 +12,7 @@ import pytest
 from mpi4py import MPI
 
 import hpccoll
+from hpccoll.algorithms import Choice, message_bytes, select
 from hpccoll.engine import code
 
 pytestmark = pytest.mark.mpi
@@ -240,15 +241,13 @@ def ref_gather_count(ctx, itemsize):
     return (ctx.settings.cell_bytes // ctx.world.size + 3 * itemsize) // itemsize
 
 
-def ref_rows_hold(ctx, coll, count, itemsize):
-    """Whether the table's cells rows hold for ``coll`` of ``count`` elements a block
-    here (by reference where it is larger than a cell)."""
-    from hpccoll.algorithms import TABLE, Choice, capabilities, message_bytes
+def table_picks_cells(ctx, coll, count, itemsize):
+    """Whether the table picks cells for ``coll`` of ``count`` elements a block here (by
+    reference where it is larger than a cell)."""
     n = ctx.world.size
     choice = Choice(message_bytes(coll, count, n, itemsize), shm="flat", cma=True,
                     ranks=n, cell_bytes=ctx.settings.cell_bytes)
-    rows = next(rows for name, rows, _ in TABLE[coll] if name == "cells")
-    return any(row.holds(choice, capabilities(choice)) for row in rows)
+    return select(coll, choice) == "cells"   # (cells lead every collective's candidates)
 
 
 def ref_bcast_count(itemsize):
@@ -297,7 +296,7 @@ def test_by_reference_broadcast_gather_scatter_exact(cctx, mpi_world, dtype):
     if by_reference(cctx):
         itemsize = np.dtype(dtype).itemsize
         want = {(coll, "cells") for coll in ("broadcast", "gather", "scatter")
-                if any(ref_rows_hold(cctx, coll, count, itemsize)
+                if any(table_picks_cells(cctx, coll, count, itemsize)
                        for count in ref_counts(cctx, itemsize))}
         assert ("broadcast", "cells") in want and ("scatter", "cells") in want, want
         assert want <= used, used
@@ -337,7 +336,7 @@ def test_by_reference_in_opposite_orders_on_three_communicators(cctx):
             used = algos(cctx)      # (once: it clears the trace)
             assert {a for c, a in used if c == "broadcast"} == {"cells"}
             assert ({a for c, a in used if c == "gather"} == {"cells"}) == \
-                ref_rows_hold(cctx, "gather", gcount, 8)
+                table_picks_cells(cctx, "gather", gcount, 8)
     finally:
         for c in comms:
             c.free()
@@ -364,6 +363,6 @@ def test_by_reference_a_rank_late_by_100_ms(cctx):
         used = algos(cctx)          # (once: it clears the trace)
         assert {a for c, a in used if c == "broadcast"} == {"cells"}
         assert ({a for c, a in used if c == "gather"} == {"cells"}) == \
-            ref_rows_hold(cctx, "gather", count, 4)
+            table_picks_cells(cctx, "gather", count, 4)
         if r == 0:
             assert waited >= 0.05    # the root waited for the late reader (no other did)
