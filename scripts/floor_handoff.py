@@ -24,7 +24,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hpccoll  # noqa: E402
 from hpccoll.engine import code  # noqa: E402
-from hpccoll.engine.code import _native  # noqa: E402
 
 
 def slot_handoff_us(node, nbytes: int, calls: int) -> tuple:
@@ -107,7 +106,7 @@ def main() -> int:
     args = ap.parse_args()
     from mpi4py import MPI
     world = MPI.COMM_WORLD
-    if _native is None:
+    if code._native is None:
         print("no C module (hpccoll/engine/_native.c): nothing to measure", file=sys.stderr)
         return 1
     node = world.Split_type(MPI.COMM_TYPE_SHARED)
