@@ -19,8 +19,9 @@ cdef class CommState:
     cdef public object live_keys, key_uses, plans, persist, orphans, prefer, pool
     cdef public Ledger ledger
     cdef public object shm, gate, data, mpi, world_ranks, shape, check, plans_token
+    cdef public object _acquire, _release
     cdef public bint freed, ok
-    cdef public long long seq, rank, size, tag_space, limit
+    cdef public long long seq, rank, size, tag_space, limit, cell_seq
     cdef public double noted_at
 
     @cython.locals(seq="long long", tag="long long", gated=bint, task=Task)

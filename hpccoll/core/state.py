@@ -66,6 +66,8 @@ class CommState:
         self.engine = ctx._engine
         self.name, self.uid = name, uid
         self.lock = new_lock()
+        # (bound once: a method call looks the method up each time; issue takes the lock)
+        self._acquire, self._release = self.lock.acquire, self.lock.release
         self.broken: Optional[BaseException] = None
         self.unreported: Optional[BaseException] = None   # a verdict the caller has not seen
         self.freed = False
@@ -95,6 +97,8 @@ class CommState:
         self.noted_at = 0.0
         self.ledger = None
         self.shm = None
+        # the sequence number of the last cell collective handed out (its area's cells)
+        self.cell_seq = 0
         self.gate = None               # the node-shared slots: one collective at a time
         self.data = None
         if mpi_comm == MPI.COMM_NULL:
@@ -170,8 +174,7 @@ class CommState:
             self.usable()
         plan = self._plan(call, key is not None, blocks)
         engine = self.engine
-        lock = self.lock
-        lock.acquire()      # (not a with: its __exit__ takes three arguments)
+        self._acquire()     # (not a with: its __exit__ takes three arguments)
         try:
             if key is not None:
                 task = self._keyed(plan, call, key)
@@ -209,7 +212,7 @@ class CommState:
                 # task that is gone has finished)
                 self.last = None if task.posted else _weakref(task)
         finally:
-            lock.release()
+            self._release()
         return task
 
     def _plan(self, call, keyed: bool, blocks):
@@ -279,9 +282,8 @@ class CommState:
             return mpi_lane(recipe, call.send, call.recv, slot)
         if plan.cells is not None:
             # cell sequence numbers follow issue order on the communicator, as epochs do
-            area = self.shm["area"]
-            area.cell_seq += 1
-            return cell_lane(plan.cells, area.cell_seq, call.send, call.recv, addresses(call))
+            self.cell_seq += 1
+            return cell_lane(plan.cells, self.cell_seq, call.send, call.recv, addresses(call))
         if plan.detour is not None:
             return device.detour_lane(plan, call)
         if plan.device:

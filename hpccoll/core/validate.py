@@ -99,7 +99,7 @@ class Recent:
         return self.keep(check(*args), send, recv, a, b)
 
     def keep(self, call, send, recv, a=None, b=None) -> Call:
-        if (send.__class__ is not _ND or recv.__class__ is not _ND or send.ndim != 1
+        if (type(send) is not _ND or type(recv) is not _ND or send.ndim != 1
                 or recv.ndim != 1 or call.device is not None or call.result is not recv):
             return call
         if send.nbytes <= RECENT_BYTES and recv.nbytes <= RECENT_BYTES * 64:
@@ -137,7 +137,7 @@ def array(x: Any, name: str, writable: bool = False):
     read through its plain-array view (an np.matrix stays 2-D when reshaped; a masked
     array's data, without its mask, as mpi4py sends it)."""
     if isinstance(x, np.ndarray):
-        if x.__class__ is not _ND:
+        if type(x) is not _ND:
             x = x.view(_ND)
         flags = x.flags.num
         if (flags & _C_ALIGNED != _C_ALIGNED or x.dtype not in DTYPE_CODE
@@ -228,7 +228,7 @@ def _output(sendbuf, s, sdev, recvbuf, expected: int, what: str):
 
 
 def root_of(root: Any, size: int) -> int:
-    if root.__class__ is int and 0 <= root < size:
+    if type(root) is int and 0 <= root < size:
         return root
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
         raise ArgumentError(f"root: expected an integer in [0, {size}), got {root!r}")
@@ -236,7 +236,7 @@ def root_of(root: Any, size: int) -> int:
 
 
 def key_of(key: Any) -> Optional[str]:
-    if key is not None and key.__class__ is not str and not isinstance(key, str):
+    if key is not None and type(key) is not str and not isinstance(key, str):
         raise ArgumentTypeError(f"key: expected a str or None, got {type(key).__name__}")
     return key
 
@@ -270,15 +270,15 @@ def allreduce(comm, sendbuf, recvbuf, op) -> Call:
     # seen with this dtype (ops._VALID holds only valid pairs of supported dtypes), two
     # arrays that own their memory (or views, registered ones included, whose bounds do
     # not meet) or the same array
-    if sendbuf.__class__ is _ND:
+    if type(sendbuf) is _ND:
         dt = sendbuf.dtype
-        name = _VALID.get((op, dt)) if op.__class__ is str else None
+        name = _VALID.get((op, dt)) if type(op) is str else None
         if name is not None and sendbuf.flags.num & _SEND_OK == _SEND_OK:
             s = sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1)
             if recvbuf is None:
                 r = np.empty(s.size, dt)
                 return Call("allreduce", s, r, s.size, name, 0, False, r)
-            if (recvbuf.__class__ is _ND and recvbuf.flags.num & _RECV_OK == _RECV_OK
+            if (type(recvbuf) is _ND and recvbuf.flags.num & _RECV_OK == _RECV_OK
                     and recvbuf.dtype == dt and recvbuf.size == s.size):
                 if recvbuf is sendbuf:
                     return Call("allreduce", s, s, s.size, name, 0, True, recvbuf)

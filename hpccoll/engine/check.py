@@ -56,14 +56,14 @@ class CheckLane(Lane):
     """See the module docstring.  ``rows``: this rank's fingerprint rows, an int64 array
     of shape (k, fields), the same k on every rank, or a function that makes them (they
     are needed only when the values differ)."""
-    __slots__ = ("value", "_rows", "pair", "req", "detail", "done", "_args")
+    __slots__ = ("value", "_rows", "pair", "req", "detail", "_args")
 
     def __init__(self, value: int, rows, comm, mpi_comm, tag, direct: bool = False):
+        Lane.__init__(self)
         self.value = value
         self._rows = rows
         self.pair = None
         self.req = None
-        self.done = False
         self._args = (comm, mpi_comm, tag)
         self.detail = allgather_lane(self.rows, comm, mpi_comm, tag) if direct else None
 

@@ -164,7 +164,7 @@ def build(program, shm, dtype: np.dtype, op: Optional[str], host: bool = True) -
 
     def operand(reg):
         b = reg.buf
-        if b.__class__ is not tuple:
+        if type(b) is not tuple:
             return (b, reg.off, reg.off + reg.n)
         if area is None:
             raise ValueError(f"region {b!r} of a program without node-shared memory")
@@ -201,7 +201,7 @@ def build(program, shm, dtype: np.dtype, op: Optional[str], host: bool = True) -
             code.append((WAIT, tuple(_flag(area, q, p.flag) for q in p.peers), p.epoch, p))
         elif kind is Signal:
             code.append((SIGNAL, _flag(area, area.rank, p.flag), p.epoch))
-        elif kind is Copy and p.src.buf.__class__ is tuple and p.src.buf[0] == PEER:
+        elif kind is Copy and type(p.src.buf) is tuple and p.src.buf[0] == PEER:
             code.append((READ, operand(p.dst), peer(p.src)))
         elif kind is Copy:
             code.append((COPY if host else OCOPY, operand(p.dst), operand(p.src)))
@@ -255,12 +255,12 @@ def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
     writes = [False, False, False]     # (destinations: what must be writable)
 
     def dest(x):
-        if x.__class__ is tuple:
+        if type(x) is tuple:
             writes[x[0]] = True
 
     def operand(x, out, at) -> int:
         """Write operand x (its kind and offset) at rows[out, at:at + 2]; its bytes."""
-        if x.__class__ is tuple:
+        if type(x) is tuple:
             b, lo, hi = x
             need[b] = max(need[b], hi * itemsize)
             rows[out, at:at + 2] = b, lo * itemsize
@@ -389,27 +389,27 @@ def run(lane) -> bool:
             ins[1][0] = base + ins[2]
         elif k == COPY:
             d, s = ins[1], ins[2]
-            if d.__class__ is tuple:
+            if type(d) is tuple:
                 d = bufs[d[0]][d[1]:d[2]]
-            if s.__class__ is tuple:
+            if type(s) is tuple:
                 s = bufs[s[0]][s[1]:s[2]]
             d[...] = s         # (one dtype: np.copyto's dispatch adds a Python call)
         elif k == PUBLISH:
             ins[2][0] = _address(bufs[ins[1]])
         elif k == READ:
             d = ins[1]
-            if d.__class__ is tuple:
+            if type(d) is tuple:
                 d = bufs[d[0]][d[1]:d[2]]
             word, pid, off, n = ins[2]
             if n:
                 cma.read(pid, _address(d), word[0] + off, n)
         else:
             d = ins[1]
-            if d.__class__ is tuple:
+            if type(d) is tuple:
                 d = bufs[d[0]][d[1]:d[2]]
             if k == SCALE or k == OSCALE or k == OCOPY:
                 s = ins[2]
-                if s.__class__ is tuple:
+                if type(s) is tuple:
                     s = bufs[s[0]][s[1]:s[2]]
                 if k == SCALE:
                     table.scale(d, s, ins[3])
@@ -420,7 +420,7 @@ def run(lane) -> bool:
             else:
                 srcs = []      # (a loop: a comprehension is a call of its own)
                 for s in ins[2]:
-                    srcs.append(s if s.__class__ is not tuple else bufs[s[0]][s[1]:s[2]])
+                    srcs.append(s if type(s) is not tuple else bufs[s[0]][s[1]:s[2]])
                 if k == UFUNC:
                     u = ins[3]
                     u(srcs[0], srcs[1], out=d)
@@ -439,5 +439,6 @@ def run(lane) -> bool:
         pc += 1
     lane.pc = pc
     lane.waiting = None
+    lane.done = True
     lane._end()
     return True

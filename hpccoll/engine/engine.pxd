@@ -15,7 +15,7 @@ cdef class Engine:
     cdef public long long _spin_polls, _yield_polls, spin_polls, yield_polls
     cdef public double last_progress, app_active, _served, _spin_s, spin_us, _crowd_at
     cdef public bint _adapt, crowded
-    cdef public object _calm
+    cdef public object _calm, _acquire, _release
 
     @cython.locals(lane=Lane)
     cpdef issue(self, Task task, bint inline=*)

@@ -64,17 +64,14 @@ GPU = Gate("the GPU", 1, shared=True)
 
 
 class Lane:
-    """The interface (and defaults) of every lane."""
-    needs_slot = True          # holds an execution slot while it runs (hpccoll drives it)
-    holds = None               # a Gate it holds while it runs, or None (nothing bounded)
-    late_post = False          # posts its MPI collective after start (task.posted waits)
-    # may start on the calling thread when issued (Engine.issue): nothing in its start
-    # waits for a device or blocks the caller
-    at_issue = False
-    mpi_posted = False
-    done = False
+    """The interface (and defaults) of every lane.  The fields the engine reads at every
+    call are set by each lane's setup (lane.pxd: fields, not class attributes); a lane
+    made by its class calls ``Lane.__init__`` for the defaults."""
     waits_done = 0             # suspension points passed (reports, counters)
     bytes_moved = 0
+
+    def __init__(self):
+        lane_fields(self, True, False)
 
     def startable(self) -> bool:
         """May a lane that takes no execution slot start now?  (Task.startable)"""
@@ -112,6 +109,18 @@ class Lane:
         """The collective is over: drop the caller's arrays, return scratch space."""
 
 
+def lane_fields(lane, needs_slot: bool, at_issue: bool, late_post: bool = False):
+    """The fields every lane has, set: ``needs_slot``, it holds an execution slot while it
+    runs (hpccoll drives it); ``at_issue``, it may start on the calling thread when
+    issued (Engine.issue: nothing in its start waits for a device or blocks the caller);
+    ``late_post``, it posts its MPI collective after start (task.posted waits for
+    ``mpi_posted``); ``holds``, a Gate it holds while it runs, or None (nothing
+    bounded); ``done``."""
+    lane.needs_slot, lane.at_issue, lane.late_post = needs_slot, at_issue, late_post
+    lane.mpi_posted = lane.done = False
+    lane.holds = None
+
+
 class OneWait(Lane):
     """A lane whose collective is one wait, its whole result in ``recv`` once ``done``
     (MPI's own collective, cells, the device detour): what reports and counters read."""
@@ -128,8 +137,6 @@ class OneWait(Lane):
 class MpiLane(OneWait):
     """One MPI collective: ``recipe`` (transport/mpi.py's Recipe) says which, with which
     op, root and divisor, and whether persistent request ``slot`` runs it."""
-    needs_slot = False
-    at_issue = True
     program = MPI_PROGRAM
 
     def __init__(self, recipe, send, recv, slot=None):
@@ -172,9 +179,10 @@ class MpiLane(OneWait):
 
 def mpi_setup(lane, recipe, send, recv, slot):
     """Every field of an MpiLane (its one initialisation)."""
+    lane_fields(lane, False, True)
     lane.recipe, lane.send, lane.recv, lane.slot = recipe, send, recv, slot
     lane.req = None
-    lane.done = lane.tested = False
+    lane.tested = False
     return lane
 
 
@@ -188,8 +196,6 @@ class CellLane(OneWait):
     node-shared memory, run by engine/_native.c (``cell_post`` publishes this rank's input,
     ``cell_done`` completes it from the peers' cells: its docstring has the protocol).
     Nothing of MPI: it holds no execution slot, and it starts on the calling thread."""
-    needs_slot = False
-    at_issue = True
     program = CELLS_PROGRAM
 
     def __init__(self, layout, seq, send, recv, addrs=None):
@@ -231,12 +237,13 @@ def cell_setup(lane, layout, seq, send, recv, addrs):
     receive memory start (buffer_addresses), or None: the C code then reads the arrays'
     buffers itself (a NumPy buffer export costs more than an 8 B cell's copy, so a Call
     used again passes addresses; the lane holds the arrays either way)."""
+    lane_fields(lane, False, True)
     lane.layout, lane.seq, lane.send, lane.recv = layout, seq, send, recv
     if addrs is None:
         lane.src, lane.dst = send, recv
     else:
         lane.src, lane.dst = addrs
-    lane.done = lane.posted = False
+    lane.posted = False
     return lane
 
 
@@ -260,18 +267,16 @@ class DetourLane(OneWait):
     (``late_post``; Task.posted, which lets the communicator's next collective start)
     only once it is: every rank still posts its MPI collectives in issue order."""
     __slots__ = ("recipe", "send", "recv", "devs", "inplace", "stream", "gpu", "hsend",
-                 "hrecv", "held", "event", "req", "phase", "done", "mpi_posted")
-    needs_slot = False
-    late_post = True
+                 "hrecv", "held", "event", "req", "phase")
     program = MPI_PROGRAM
 
     def __init__(self, recipe, send, recv, devs, inplace, stream, gpu):
+        lane_fields(self, False, False, late_post=True)
         self.recipe, self.send, self.recv, self.devs = recipe, send, recv, devs
         self.inplace, self.stream, self.gpu = inplace, stream, gpu
         self.hsend = self.hrecv = self.event = self.req = None
         self.held = []
         self.phase = 0
-        self.done = self.mpi_posted = False
 
     def _host(self, dev):
         raw = staging.STAGING.get(max(1, dev.nbytes))

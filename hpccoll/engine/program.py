@@ -22,7 +22,7 @@ from ..transport import mpi as transport
 from ..transport import staging
 from . import code as _code
 from .code import _native
-from .lane import GPU, Lane
+from .lane import GPU, Lane, lane_fields
 
 
 class Shm:
@@ -42,7 +42,6 @@ class ProgramLane(Lane):
     """One program being executed: ``code`` its instructions (engine/code.py), ``bufs``
     the send, receive and scratch arrays (flat, typed like the collective's data).
     (Its fields are declared in program.pxd: a compiled lane has no ``__dict__``.)"""
-    at_issue = True
 
     def __init__(self, program, code, bufs, op, mpi_comm, tag, ops, shm=None, native=None):
         program_setup(self, program, code, bufs, op, mpi_comm, tag, ops, shm, native)
@@ -74,6 +73,7 @@ class ProgramLane(Lane):
             self.waiting = code[pc][3]
             return pc != start
         self.waiting = None
+        self.done = True
         return True
 
     def release(self) -> None:
@@ -83,14 +83,10 @@ class ProgramLane(Lane):
         self.bufs = self._bytes = self.addrs = None
         self.shm = None
 
-    @property
-    def done(self) -> bool:
-        return self.pc >= len(self.code)
-
     def _view(self, x):
         """The bytes of an operand (engine/code.py: ``(buf, lo, hi)`` of the call's arrays,
         or a fixed array of node-shared memory): what a Post hands MPI."""
-        if x.__class__ is not tuple:
+        if type(x) is not tuple:
             return x.view(np.uint8)
         buf, lo, hi = x
         b = self._bytes[buf]
@@ -142,6 +138,8 @@ class ProgramLane(Lane):
 
 def program_setup(lane, program, code, bufs, op, mpi_comm, tag, ops, shm, native):
     """Every field of a ProgramLane (its one initialisation)."""
+    lane_fields(lane, True, True)
+    lane.done = len(code) == 0       # (set again where ``pc`` reaches the end)
     lane.program = program
     lane.code = code
     lane.native = native     # the same instructions for the C executor, or None
@@ -164,7 +162,7 @@ def program_setup(lane, program, code, bufs, op, mpi_comm, tag, ops, shm, native
     lane.base = 0           # the epoch before this collective's first (shared memory)
     lane.pool = None        # where the scratch buffer goes back to (BufferPool)
     lane._pooled = None
-    lane.holds = None       # the communicator's shared slots (Gate), when it uses them
+    # (``holds``: the communicator's shared slots, a Gate, where it uses them)
     lane.addrs = None       # (send, recv) addresses for the C executor, where known
     return lane
 
@@ -221,10 +219,10 @@ class DeviceLane(ProgramLane):
     on the device; the engine thread only polls events (``Staged``), and synchronizes the
     stream once, at the end, so that the result is ready when ``wait()`` returns."""
     __slots__ = ("direct", "returns")
-    at_issue = False           # its start queues kernels and may synchronize the stream
 
     def __init__(self, program, code, bufs, op, mpi_comm, tag, ops, direct: bool):
         super().__init__(program, code, bufs, op, mpi_comm, tag, ops)
+        self.at_issue = False      # its start queues kernels and may synchronize the stream
         self.direct = direct
         self.holds = GPU
         self.returns = []       # (event, pinned buffers) back to the pool once it completed

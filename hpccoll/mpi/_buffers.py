@@ -32,7 +32,7 @@ class BufferCalls:
         # Runner, which keeps it
         # (the Runner's bound ``again`` is kept too: two attribute lookups fewer a call)
         last = self._last_bcast
-        if (buf is last[0] and root == last[1] and buf.__class__ is _ND
+        if (buf is last[0] and root == last[1] and type(buf) is _ND
                 and buf.flags.num == last[2] and buf.dtype is last[3] and buf.ndim == 1):
             last[6](last[4], last[5])
             return
@@ -48,7 +48,7 @@ class BufferCalls:
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
         last = self._last_allreduce     # as Bcast: the last small Call kept, with its run
         if (recvbuf is last[1] and sendbuf is last[0] and op is last[2]
-                and recvbuf.__class__ is _ND and recvbuf.flags.num == last[4] and recvbuf.dtype is last[5]
+                and type(recvbuf) is _ND and recvbuf.flags.num == last[4] and recvbuf.dtype is last[5]
                 and recvbuf.ndim == 1 and (sendbuf is _IN_PLACE or (
                     sendbuf.flags.num == last[3] and sendbuf.dtype is last[5]
                     and sendbuf.ndim == 1))):

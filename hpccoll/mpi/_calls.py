@@ -155,7 +155,7 @@ _PINNED = _buffer_class()
 
 def _steady(x) -> bool:
     """Whether ``x`` can stand in a kept reading (see above)."""
-    cls = x.__class__
+    cls = type(x)
     if cls is int or x is MPI.IN_PLACE or x is None or cls in _PINNED:
         return True
     if cls is MPI.Datatype or cls is MPI.Op:
@@ -171,9 +171,9 @@ class Kept:
         self.counts = None  # the method's stats counters (Runner.read)
         # the message lists' items (a list is looked into: its items may be replaced)
         self.lists = tuple((i, tuple(a)) for i, a in enumerate(args)
-                           if a.__class__ is list or a.__class__ is tuple)
-        arrays = [a for a in args if a.__class__ is np.ndarray]
-        arrays += [x for _, items in self.lists for x in items if x.__class__ is np.ndarray]
+                           if type(a) is list or type(a) is tuple)
+        arrays = [a for a in args if type(a) is np.ndarray]
+        arrays += [x for _, items in self.lists for x in items if type(x) is np.ndarray]
         # each array with its flags and dtype (both can change in place)
         self.arrays = tuple(arrays)
         self.flags = tuple(a.flags.num for a in arrays)
@@ -214,8 +214,8 @@ def keep(name: str, args: tuple, call):
             or (recv is not None and recv.nbytes > RECENT_BYTES * 64)):
         return None
     for a in args:
-        if a.__class__ is list or a.__class__ is tuple:
-            if len(a) > 3 or not all(_steady(x) and x.__class__ is not tuple for x in a):
+        if type(a) is list or type(a) is tuple:
+            if len(a) > 3 or not all(_steady(x) and type(x) is not tuple for x in a):
                 return None
         elif not _steady(a):
             return None
@@ -299,7 +299,7 @@ def barrier(hc):
 def bcast(hc, buf, root):
     # a NumPy array in C order and a rank: no message parsing (the common case; what
     # fast_dtype and _flat do, inline: this is the adapter's cheapest call)
-    if buf.__class__ is np.ndarray and root.__class__ is int and 0 <= root < hc.size:
+    if type(buf) is np.ndarray and type(root) is int and 0 <= root < hc.size:
         flags = buf.flags.num
         if (flags & _C_ALIGNED == _C_ALIGNED
                 and (_ARRAYS.get(buf.dtype) is not None or fast_dtype(buf) is not None)
@@ -322,12 +322,12 @@ def _flat(a):
 def allreduce(hc, sendbuf, recvbuf, op):
     # NumPy arrays in C order, or MPI.IN_PLACE, and one of MPI's own ops: no message
     # parsing (the adapter's common case, and its per-call cost)
-    if recvbuf.__class__ is np.ndarray:
+    if type(recvbuf) is np.ndarray:
         dt = fast_dtype(recvbuf)
         inplace = is_in_place(sendbuf)
-        if dt is not None and (inplace or (sendbuf.__class__ is np.ndarray
+        if dt is not None and (inplace or (type(sendbuf) is np.ndarray
                                            and fast_dtype(sendbuf) is dt)):
-            name = native_op(op, None, dt) if op.__class__ is MPI.Op else None
+            name = native_op(op, None, dt) if type(op) is MPI.Op else None
             if name is not None and recvbuf.flags.writeable:
                 y = _flat(recvbuf)
                 if inplace:
@@ -384,7 +384,7 @@ def reduce(hc, sendbuf, recvbuf, op, root):
 def allgather(hc, sendbuf, recvbuf):
     n, rank = hc.size, hc.rank
     # two NumPy arrays in C order: no message parsing (the common case)
-    if sendbuf.__class__ is np.ndarray and recvbuf.__class__ is np.ndarray:
+    if type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray:
         dt = fast_dtype(recvbuf)
         if (dt is not None and fast_dtype(sendbuf) is dt and recvbuf.flags.writeable
                 and recvbuf.size == n * sendbuf.size):
@@ -540,13 +540,13 @@ def _rooted_dtype(lead, other):
 def gather(hc, sendbuf, recvbuf, root):
     n, rank = hc.size, hc.rank
     # NumPy arrays in C order and a rank in range: no message parsing (the common case)
-    if sendbuf.__class__ is np.ndarray and root.__class__ is int and 0 <= root < n:
+    if type(sendbuf) is np.ndarray and type(root) is int and 0 <= root < n:
         dt = fast_dtype(sendbuf)
         if dt is not None:
             x = _flat(sendbuf)
             if rank != root:
                 return Call("gather", x, x[:0], x.size, None, root, False, None)
-            if (recvbuf.__class__ is np.ndarray and fast_dtype(recvbuf) is dt
+            if (type(recvbuf) is np.ndarray and fast_dtype(recvbuf) is dt
                     and recvbuf.flags.writeable and recvbuf.size == n * x.size):
                 y = _flat(recvbuf)
                 if x.base is not None or y.base is not None or x is y:
@@ -581,13 +581,13 @@ def gather(hc, sendbuf, recvbuf, root):
 
 def scatter(hc, sendbuf, recvbuf, root):
     n, rank = hc.size, hc.rank
-    if recvbuf.__class__ is np.ndarray and root.__class__ is int and 0 <= root < n:
+    if type(recvbuf) is np.ndarray and type(root) is int and 0 <= root < n:
         dt = fast_dtype(recvbuf)
         if dt is not None and recvbuf.flags.writeable:
             y = _flat(recvbuf)
             if rank != root:
                 return Call("scatter", y[:0], y, y.size, None, root, False, None)
-            if (sendbuf.__class__ is np.ndarray and fast_dtype(sendbuf) is dt
+            if (type(sendbuf) is np.ndarray and fast_dtype(sendbuf) is dt
                     and sendbuf.size == n * y.size):
                 x = _flat(sendbuf)
                 if x.base is not None or y.base is not None or x is y:

@@ -160,7 +160,7 @@ def _bytes(obj, m, out):
 
 
 def _npscalar(obj, m, out):
-    code = _SCALAR_TYPES[obj.__class__]
+    code = _SCALAR_TYPES[type(obj)]
     return Encoded(_header(out, _S_BYTES, NPSCALAR | (code << _AUX_SHIFT), m, 0,
                            obj.tobytes()))
 
@@ -174,13 +174,13 @@ def _sequence(obj, m, out, kind):
     if n > MAX_ITEMS:
         return None
     for v in obj:               # ints only (a shape): element codes all 0
-        if v.__class__ is not int or not _I64[0] <= v < _I64[1]:
+        if type(v) is not int or not _I64[0] <= v < _I64[1]:
             break               # (an int beyond int64's range: pickled, below)
     else:
         return Encoded(_ints(out, kind | (n << _AUX_SHIFT), m, 0, obj))
     aux, words, fmt = n, [], "<3q"
     for j, v in enumerate(obj):
-        t = v.__class__
+        t = type(v)
         if t is int:
             if not _I64[0] <= v < _I64[1]:
                 return None
@@ -249,7 +249,7 @@ def encode(obj, m: int, out_of_band: bool = True, out=None) -> Encoded:
     exchange (so that no rank is left waiting in it)."""
     if out is None:
         out = new_header()
-    cls = obj.__class__
+    cls = type(obj)
     # the common cases of real libraries (allreduce of a number), written out
     if cls is float:
         _S_FLOAT.pack_into(out, 0, FLOAT, m, 0, obj)

@@ -125,9 +125,8 @@ class ShmArea:
         self.slot_bytes = aligned(slot_bytes)
         self.slots = slots
         # cells (engine/_native.c: cell_post, cell_done): the largest input a rank
-        # publishes in one, and the sequence number of the last cell collective handed out
+        # publishes in one (their sequence numbers: CommState.cell_seq)
         self.cell_bytes, self.cell_stride = cell_bytes, cell_stride(cell_bytes)
-        self.cell_seq = 0
         self.slots_at = CTRL_BYTES + CELL_RING * self.cell_stride
         seg = segment_bytes(slot_bytes, slots, cell_bytes)
         total = seg * local_size
