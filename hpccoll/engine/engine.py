@@ -56,7 +56,7 @@ class Engine:
         self.wake = threading.Event()
         self.lock = new_lock()            # held by whoever drives progress
         # (its methods bound once: a method call looks the method up each time, ~110
-        # instructions; the issuing thread takes the lock at every small collective)
+        # instructions; issue, wait and test take the lock at every small collective)
         self._acquire, self._release = self.lock.acquire, self.lock.release
         self.driver = None                # the thread holding ``lock``
         self._callbacks: deque = deque()  # (work, fns) to run once the lock is released
@@ -211,14 +211,13 @@ class Engine:
                 "make progress while it waits for itself; wait in a done-callback is fine, "
                 "but not inside hpccoll's own calls")
         deadline = None if timeout is None else monotonic() + timeout
-        lock = self.lock
-        if lock.acquire(False):
+        if self._acquire(False):
             self.driver = me
             try:
                 self._spin(task, deadline)
             finally:
                 self.driver = None
-                lock.release()
+                self._release()
             if self._callbacks:
                 self.run_callbacks()
         if not task._done:
@@ -427,7 +426,7 @@ class Engine:
         """Work.test(): one pass if nobody else is driving."""
         if self.forked is not None:
             raise self.forked
-        if self.lock.acquire(False):
+        if self._acquire(False):
             self.driver = get_ident()
             try:
                 if task is not None and self._alone(task) and not self.started:
@@ -437,7 +436,7 @@ class Engine:
                     self._pass()
             finally:
                 self.driver = None
-                self.lock.release()
+                self._release()
             self.run_callbacks()
 
     # -- one pass over everything ---------------------------------------------------------

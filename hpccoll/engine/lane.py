@@ -65,8 +65,9 @@ GPU = Gate("the GPU", 1, shared=True)
 
 class Lane:
     """The interface (and defaults) of every lane.  The fields the engine reads at every
-    call are set by each lane's setup (lane.pxd: fields, not class attributes); a lane
-    made by its class calls ``Lane.__init__`` for the defaults."""
+    call (lane.pxd: fields, not class attributes) are set by ``lane_fields``: from each
+    lane's setup function (mpi_setup, cell_setup, program_setup) or, for a lane with none
+    (DetourLane, CheckLane), from its constructor."""
     waits_done = 0             # suspension points passed (reports, counters)
     bytes_moved = 0
 
