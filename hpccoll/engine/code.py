@@ -102,8 +102,16 @@ C_MAX_RANKS = (_native.NROW - 6) // 2 if _native is not None else 0
 # 32 KiB 2.09-2.19 against 1.46-1.48, Allgather 32 KiB 2.37-2.73 against 1.27-1.33,
 # Alltoall 32 KiB 1.98-2.23 against 1.07-1.09, Reduce 16-24 KiB even, Gather 16 KiB
 # 1.45-1.51 against 1.47-1.66 (from 8 KiB: no better, Gather 16 KiB 1.22-1.25).
+# Where it hands off fast, copies of 128-255 KiB stream too (50 ns, mpi4py interleaved,
+# 2-3 jobs each, hpccoll's us, streamed below 256 KiB against below 128 KiB): Scatter
+# 256 KiB 13 against 23 (1.25-1.35x against 0.73-0.77x MPI), Gather 256 KiB 17-18 against
+# 19-20, Allgather 256 KiB 20-23 against 27, 384 KiB 30 against 39, Bcast 128 KiB 12
+# against 20, Allreduce 256 KiB 39 against 42, Reduce and Reduce_scatter_block 256 and
+# 384 KiB 3-7 us ahead, Alltoall 256 KiB and Bcast 192 KiB even; copies of 256-511 KiB
+# stay cached (streamed: Allreduce 768 KiB 1.65-1.69x against 1.78-1.84x, Reduce_scatter
+# 768 KiB 1.29-1.35 against 1.55-1.58, Gather 768 KiB 1.04-1.08 against 1.09-1.16).
 # Not measured (one rank on the node, more ranks than cores): NOT_MEASURED.
-SLOT_STREAMING = ((120.0, 32 << 10, 128 << 10), (float("inf"), 16 << 10, -1))
+SLOT_STREAMING = ((120.0, 32 << 10, 256 << 10), (float("inf"), 16 << 10, -1))
 NOT_MEASURED = (32 << 10, -1)
 
 
