@@ -258,12 +258,14 @@ SETTINGS: tuple[Setting, ...] = (
             "is made; where the directory cannot hold it, that communicator exchanges through "
             "MPI only (with a warning) instead of failing later."),
     Setting("cma", bool, True,
-            "Let ranks of one node read each other's ordinary buffers in place, one copy made "
-            "by the kernel (Linux Cross Memory Attach, process_vm_readv, as MPICH does), for "
-            "the sizes of allgather, alltoall and broadcast where that beats staging "
-            "through node-shared memory and the MPI library's own collective.  Probed when "
-            "a communicator is made: used only where every rank of the node may read every "
-            "other (same user, ptrace allowed; containers often forbid it).  Where Yama's "
+            "Let ranks of one node read each other's ordinary buffers in place (and a "
+            "gather's peers write into its root's), one copy made by the kernel (Linux "
+            "Cross Memory Attach, process_vm_readv and process_vm_writev, as MPICH does), "
+            "for the collectives and sizes where that beats staging through node-shared "
+            "memory and the MPI library's own collective (docs/performance.md).  Probed "
+            "when a communicator is made: used only where every rank of the node may read "
+            "and write every other (same user, ptrace allowed; containers often forbid "
+            "it).  Where Yama's "
             "ptrace_scope is 1 (Ubuntu's default) each rank lets processes of its user read "
             "it (prctl PR_SET_PTRACER_ANY, as Open MPI does); off: it does not.",
             public=True, agree=True),

@@ -63,7 +63,7 @@ def algorithm_choice(settings: Settings) -> list:
     single = settings.cma and bool(settings.shm) and cma.probe(*cma.token())
     where += ("; single copy (cma) where every rank may read its peers" if single else
               "; single copy off: " + ("the cma setting" if not settings.cma else
-                                        "process_vm_readv refused here"))
+                                        "process_vm_readv or _writev refused here"))
     lines.append("built-in algorithm table (2 ranks on one node, float32 sum; registered in "
                  f"parentheses where it differs; shared-memory programs {where}):")
     lines.append(f"  {'collective':<15}" + "".join(f"{human_bytes(n):>12}" for n in SHOWN_SIZES))

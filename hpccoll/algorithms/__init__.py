@@ -176,13 +176,24 @@ CMA_EXCHANGE = (_row(["cma"], ["registered"], above=EXCHANGE_C_BYTES),)
 # 4 ranks on 2 cores staged stays ahead (16 MiB 16.6 against 19.5 ms).
 CMA_REDUCE_BYTES = 4 << 20
 CMA_ALLREDUCE = (_row(["cma", "two_ranks"], ["registered"], above=CMA_REDUCE_BYTES),)
-# gather above 1 MiB, scatter above 256 KiB (the root's whole buffer), against MPI's own
-# through the adapter (2 ranks, loaded machine, single runs): gather 4 MiB 2.7 against 4.6
-# ms, 16 MiB 5.1 against 8.7, 1 MiB 377 against 344 us; scatter 512 KiB 466 against 517
-# us, 1 MiB 92 against 116, 16 MiB 1.24 against 2.13 ms, 128 KiB 410 against 325.
+# scatter above 256 KiB (the root's whole buffer), against MPI's own through the adapter
+# (2 ranks, loaded machine, single runs): 512 KiB 466 against 517 us, 1 MiB 92 against
+# 116, 16 MiB 1.24 against 2.13 ms, 128 KiB 410 against 325.
+# gather, each peer writing its block into the root's output while the root copies its
+# own: at 2 ranks above 2 MiB, elsewhere above 1 MiB, against staged shared memory
+# (1,000-call loops through the adapter, mpi4py interleaved, hpccoll's us; 2 ranks, both
+# placements of the VM, three to five jobs: 4 MiB 104-184 against 169-224, 16 MiB 548-768
+# against 902-1245 (one job 4,666); 2 MiB 94-107 against 63-95, 1 MiB 52-56 against 44-50,
+# 256-512 KiB even to behind.  4 ranks on 2 cores: ahead from 128 KiB (26 against 31-32,
+# 1 MiB 99-121 against 126-129, 16 MiB 630-668 against 2,037-2,060), behind at 64 KiB
+# (24 against 19-20); 3 ranks: 384 KiB 52-62 against 41-60, 1.5 MiB 128-140 against
+# 113-149, 6 MiB 337-423 against 340-751).  Before, the root read every peer's block in
+# turn while the peers waited (2 ranks 4 MiB 240-272 us).
 CMA_GATHER_BYTES = 1 << 20
+CMA_GATHER_TWO_BYTES = 2 << 20
 CMA_SCATTER_BYTES = 256 << 10
-CMA_GATHER = (_row(["cma"], ["registered"], above=CMA_GATHER_BYTES),)
+CMA_GATHER = (_row(["cma", "two_ranks"], ["registered"], above=CMA_GATHER_TWO_BYTES),
+              _row(["cma"], ["registered", "two_ranks"], above=CMA_GATHER_BYTES))
 CMA_SCATTER = (_row(["cma"], ["registered"], above=CMA_SCATTER_BYTES),)
 # gather, scatter: staged through node-shared slots, run in C, above 8 KiB (against MPI's
 # own through the adapter, 2 ranks: gather 16 KiB 59 against 78 us, 64 KiB 49 against 76,

@@ -1,7 +1,8 @@
 """Single-copy algorithms for ranks on one node: every rank reads its peers' ordinary
 buffers where they lie, in the peers' own processes, through the kernel (Linux Cross
 Memory Attach: ``process_vm_readv``, as MPICH and Open MPI move large messages between
-processes).  Pure step machines, like the others.
+processes), or, in a gather, writes into the root's (``process_vm_writev``).  Pure step
+machines, like the others.
 
 The staged programs of algorithms/shm.py copy each block twice (into the owner's slot,
 out of it); these copy it once, with a fixed number of flag rounds however large the
@@ -142,22 +143,25 @@ def reduce_scatter(spec: Spec):
 
 
 def gather(spec: Spec):
-    """The root reads every peer's input straight into its block of the output; a peer
-    returns once the root signalled CONSUMED (it has read everything)."""
+    """Every rank but the root writes its input straight into its block of the root's
+    output (``process_vm_writev``), while the root copies its own block: the copies run on
+    every rank's core at once, where the root reading each peer's block in turn would make
+    them one after another on its own (2 ranks, 4 MiB: 104-184 against 240-272 us).  The
+    root returns once every peer signalled CONSUMED (written); a peer, once it has
+    written."""
     r, root, m = spec.rank, spec.root, spec.count
     if r != root:
-        yield Publish(SEND)
         yield Signal(READY, E)
-        yield WaitFlags(CONSUMED, E, (root,))
+        yield WaitFlags(READY, E, (root,))
+        if m:
+            yield Copy(_peer(root, RECV, r * m, m), Region(SEND, 0, m))
         yield Signal(CONSUMED, E)
         return
-    peers = _others(spec)
+    yield Publish(RECV)
     yield Signal(READY, E)
     if not spec.inplace and m:
         yield Copy(Region(RECV, r * m, m), Region(SEND, 0, m))
-    yield WaitFlags(READY, E, peers)
-    for q in peers:
-        yield Copy(Region(RECV, q * m, m), _peer(q, SEND, 0, m))
+    yield WaitFlags(CONSUMED, E, _others(spec))   # every peer's block is in
     yield Signal(CONSUMED, E)
 
 

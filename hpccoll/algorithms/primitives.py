@@ -29,8 +29,9 @@ other ranks' memory:
 - ``Publish(buf)``: make this call's buffer ``buf`` (SEND, RECV or SCRATCH) readable by
   the peers until the program ends (its address goes into this rank's segment, one word
   per buffer; the next Signal publishes it), and region ``(PEER, q, buf)``: that buffer
-  of rank q, in q's own process, read by a single copy through the kernel (single-copy
-  programs, algorithms/cma.py: Linux Cross Memory Attach, ``process_vm_readv``).
+  of rank q, in q's own process, read (a Copy from it) or written (a Copy into it) by a
+  single copy through the kernel (single-copy programs, algorithms/cma.py: Linux Cross
+  Memory Attach, ``process_vm_readv`` and ``process_vm_writev``).
 
 Epochs are relative to the collective; the engine adds the communicator's running
 epoch, so programs stay cacheable and data-independent.

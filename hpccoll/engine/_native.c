@@ -20,6 +20,8 @@
  *   PUBLISH kind, &word                     word = the address of the call's buffer kind
  *   READ    dst, &word, pid, off, nbytes    process pid's bytes at word + off to dst, by
  *                                           process_vm_readv (one copy: transport/cma.py)
+ *   WRITE   src, &word, pid, off, nbytes    src to process pid's bytes at word + off, by
+ *                                           process_vm_writev
  *
  * An operand is two words: kind 0-2 (the call's send, recv or scratch buffer) and a
  * byte offset into it, or kind 3 and an absolute address (node-shared memory).
@@ -41,7 +43,7 @@
 #include <errno.h>
 #include <time.h>
 #if defined(__linux__)
-#include <sys/uio.h>     /* process_vm_readv (READ) */
+#include <sys/uio.h>     /* process_vm_readv, _writev (READ, WRITE) */
 #endif
 #if defined(__x86_64__)
 #include <emmintrin.h>   /* SSE2's streaming stores (stream_copy) */
@@ -50,7 +52,8 @@
 #define NROW 40   /* a reduction of up to 17 sources, a wait on up to 37 peers */
 #define MAGIC 0x68706363  /* "hpcc" */
 
-enum { OP_WAIT = 0, OP_SIGNAL = 1, OP_COPY = 2, OP_REDUCE = 3, OP_PUBLISH = 4, OP_READ = 5 };
+enum { OP_WAIT = 0, OP_SIGNAL = 1, OP_COPY = 2, OP_REDUCE = 3, OP_PUBLISH = 4, OP_READ = 5,
+       OP_WRITE = 6 };
 
 /* AVX2 and SSE2 builds of the loops below, picked at load time (GCC's ifunc): the
  * reductions and copies are elementwise, so every build gives the same bits */
@@ -182,16 +185,18 @@ static void stream_copy(char *restrict d, const char *restrict s, size_t n) {
 #define stream_copy copy_bytes
 #endif
 
-/* A peer's bytes, read where they lie in its process; the kernel may stop short at a
- * page it cannot take at once: go on from there.  0, or the errno. */
-static int read_peer(char *d, int64_t pid, int64_t src, int64_t n) {
+/* A peer's bytes, read (write 0) or written (write 1) where they lie in its process; the
+ * kernel may stop short at a page it cannot take at once: go on from there.  0, or the
+ * errno. */
+static int move_peer(int write, char *here, int64_t pid, int64_t there, int64_t n) {
 #if defined(__linux__)
     while (n > 0) {
-        struct iovec local = {d, (size_t)n}, remote = {(void *)(intptr_t)src, (size_t)n};
-        ssize_t got = process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
+        struct iovec local = {here, (size_t)n}, remote = {(void *)(intptr_t)there, (size_t)n};
+        ssize_t got = write ? process_vm_writev((pid_t)pid, &local, 1, &remote, 1, 0)
+                            : process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
         if (got <= 0)
             return got < 0 ? errno : EIO;
-        d += got, src += got, n -= got;
+        here += got, there += got, n -= got;
     }
     return 0;
 #else
@@ -338,13 +343,18 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             /* (the SIGNAL after it orders it before the counter the peers wait on) */
             *(int64_t *)(intptr_t)ins[2] = (int64_t)(intptr_t)bufs[ins[1]];
             break;
-        case OP_READ: {
-            int64_t src = __atomic_load_n((int64_t *)(intptr_t)ins[3], __ATOMIC_ACQUIRE);
-            int err = read_peer(at(bufs, ins[1], ins[2]), ins[4], src + ins[5], ins[6]);
+        case OP_READ:
+        case OP_WRITE: {
+            int write = ins[0] == OP_WRITE;
+            int64_t there = __atomic_load_n((int64_t *)(intptr_t)ins[3], __ATOMIC_ACQUIRE);
+            int err = move_peer(write, at(bufs, ins[1], ins[2]), ins[4], there + ins[5],
+                                ins[6]);
             if (err) {
                 errno = err;
-                PyErr_Format(PyExc_OSError, "process_vm_readv of %lld bytes from process "
-                             "%lld: %s", (long long)ins[6], (long long)ins[4], strerror(err));
+                PyErr_Format(PyExc_OSError, "%s of %lld bytes %s process %lld: %s",
+                             write ? "process_vm_writev" : "process_vm_readv",
+                             (long long)ins[6], write ? "to" : "from", (long long)ins[4],
+                             strerror(err));
                 goto fail;
             }
             break;
@@ -540,7 +550,7 @@ static int ref_read(const int64_t *L, int64_t q, int64_t seq, char *d, int64_t o
             memmove(d, src, (size_t)n);
         return 0;
     }
-    int err = read_peer(d, c[1], (int64_t)(intptr_t)src, n);
+    int err = move_peer(0, d, c[1], (int64_t)(intptr_t)src, n);
     if (err) {
         errno = err;
         PyErr_Format(PyExc_OSError, "cells: process_vm_readv of %lld bytes from rank %lld "
@@ -1051,9 +1061,10 @@ PyMODINIT_FUNC PyInit__native(void) {
         Py_DECREF(m);
         return NULL;
     }
-    PyObject *opcodes = Py_BuildValue("{sisisisisisi}", "WAIT", OP_WAIT, "SIGNAL", OP_SIGNAL,
-                                      "COPY", OP_COPY, "REDUCE", OP_REDUCE, "PUBLISH",
-                                      OP_PUBLISH, "READ", OP_READ);
+    PyObject *opcodes = Py_BuildValue("{sisisisisisisi}", "WAIT", OP_WAIT, "SIGNAL",
+                                      OP_SIGNAL, "COPY", OP_COPY, "REDUCE", OP_REDUCE,
+                                      "PUBLISH", OP_PUBLISH, "READ", OP_READ, "WRITE",
+                                      OP_WRITE);
     PyObject *dtypes = NAMES(DTYPE_NAMES), *ops = NAMES(OP_NAMES);
     PyObject *kinds = NAMES(CELL_KIND_NAMES), *fields = NAMES(CELL_FIELD_NAMES);
     if (opcodes == NULL || dtypes == NULL || ops == NULL || kinds == NULL || fields == NULL ||

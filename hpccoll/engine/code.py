@@ -38,11 +38,12 @@ from ..transport.shm import ADDR, CELL_RING, FLAG_STRIDE
 
 # the instruction set (both executors; _native has the node-shared ones: NATIVE_OPCODES)
 (WAIT, SIGNAL, COPY, UFUNC, REDUCE_N, REDUCE2, SCALE, PUBLISH, READ, POST, WAITREQ,
- OCOPY, OREDUCE2, OREDUCE_N, OSCALE) = range(15)
+ OCOPY, OREDUCE2, OREDUCE_N, OSCALE, WRITE) = range(16)
 
 # the C executor's tables: its opcodes, and its reductions in FNS order (dtype-major,
 # then these ops)
-NATIVE_OPCODES = {"WAIT": 0, "SIGNAL": 1, "COPY": 2, "REDUCE": 3, "PUBLISH": 4, "READ": 5}
+NATIVE_OPCODES = {"WAIT": 0, "SIGNAL": 1, "COPY": 2, "REDUCE": 3, "PUBLISH": 4, "READ": 5,
+                  "WRITE": 6}
 NATIVE_DTYPES = tuple(np.dtype(t) for t in ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8",
                                             "f4", "f8"))
 NATIVE_OPS = ("sum", "prod", "max", "min")
@@ -190,7 +191,7 @@ def build(program, shm, dtype: np.dtype, op: Optional[str], host: bool = True) -
 
     def peer(reg):
         """A region of what rank q published: (its address word, its pid, byte offset,
-        bytes), read by a single copy (transport/cma.py)."""
+        bytes), read or written by a single copy (transport/cma.py)."""
         _, q, buf = reg.buf
         return (_flag(area, q, ADDR + buf), area.pids[q], reg.off * dtype.itemsize,
                 reg.n * dtype.itemsize)
@@ -211,6 +212,8 @@ def build(program, shm, dtype: np.dtype, op: Optional[str], host: bool = True) -
             code.append((SIGNAL, _flag(area, area.rank, p.flag), p.epoch))
         elif kind is Copy and type(p.src.buf) is tuple and p.src.buf[0] == PEER:
             code.append((READ, operand(p.dst), peer(p.src)))
+        elif kind is Copy and type(p.dst.buf) is tuple and p.dst.buf[0] == PEER:
+            code.append((WRITE, operand(p.src), peer(p.dst)))
         elif kind is Copy:
             code.append((COPY if host else OCOPY, operand(p.dst), operand(p.src)))
         elif kind is Publish:
@@ -296,9 +299,12 @@ def native(code: Optional[tuple], dtype: np.dtype, op: Optional[str]):
             rows[i, 5] = n
         elif k == PUBLISH:
             rows[i, :3] = ops["PUBLISH"], ins[1], _address(np.frombuffer(ins[2], np.int64))
-        elif k == READ:
-            rows[i, 0] = ops["READ"]
-            dest(ins[1])
+        elif k == READ or k == WRITE:
+            if k == READ:
+                rows[i, 0] = ops["READ"]
+                dest(ins[1])
+            else:
+                rows[i, 0] = ops["WRITE"]
             operand(ins[1], i, 1)
             word, pid, off, n = ins[2]
             rows[i, 3:7] = _address(np.frombuffer(word, np.int64)), pid, off, n
@@ -404,13 +410,15 @@ def run(lane) -> bool:
             d[...] = s         # (one dtype: np.copyto's dispatch adds a Python call)
         elif k == PUBLISH:
             ins[2][0] = _address(bufs[ins[1]])
-        elif k == READ:
+        elif k == READ or k == WRITE:
             d = ins[1]
             if type(d) is tuple:
                 d = bufs[d[0]][d[1]:d[2]]
             word, pid, off, n = ins[2]
-            if n:
+            if n and k == READ:
                 cma.read(pid, _address(d), word[0] + off, n)
+            elif n:
+                cma.write(pid, word[0] + off, _address(d), n)
         else:
             d = ins[1]
             if type(d) is tuple:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hpccoll.algorithms import cma
-from hpccoll.algorithms.primitives import RECV, SEND, Publish, WaitFlags
+from hpccoll.algorithms.primitives import PEER, RECV, SEND, Publish, WaitFlags
 from hpccoll.algorithms.spec import Spec
 from tests import stepsim
 
@@ -72,6 +72,66 @@ def test_broadcast(n):
                 for r in range(n):
                     np.testing.assert_array_equal(bufs[r][RECV], xs[root],
                                                   err_msg=f"rank {r} root {root}")
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_gather(n, inplace):
+    """Every peer writes its block into the root's output while the root's program runs
+    (tests/stepsim.py asserts it), nothing else of the root's output changes, and no
+    rank's input does."""
+    for m in (0, 1, 11):
+        for root in range(n):
+            for seed in SEEDS[:3]:
+                xs = data(n, m, seed=m + root + seed)
+                progs = programs(cma.gather, "gather", n, m, root=root, inplace=inplace)
+                bufs = []
+                for r, x in enumerate(xs):
+                    if r != root:
+                        bufs.append([x.copy(), None, None])
+                    elif inplace:
+                        out = np.full(n * m, 99, np.int64)
+                        out[r * m:(r + 1) * m] = x
+                        bufs.append([out[r * m:(r + 1) * m], out, None])
+                    else:
+                        bufs.append([x.copy(), np.full(n * m, 99, np.int64), None])
+                stepsim.run(progs, bufs, seed=seed, base=2 * seed)
+                np.testing.assert_array_equal(bufs[root][RECV], np.concatenate(xs),
+                                              err_msg=f"root {root} m {m} seed {seed}")
+                for r in range(n):
+                    np.testing.assert_array_equal(bufs[r][SEND], xs[r])
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_scatter(n):
+    for m in (0, 1, 11):
+        for root in range(n):
+            for seed in SEEDS[:3]:
+                whole = data(1, n * m, seed=m + root + seed)[0]
+                progs = programs(cma.scatter, "scatter", n, m, root=root)
+                bufs = [[whole.copy() if r == root else None, np.full(m, 99, np.int64), None]
+                        for r in range(n)]
+                stepsim.run(progs, bufs, seed=seed)
+                for r in range(n):
+                    np.testing.assert_array_equal(bufs[r][RECV], whole[r * m:(r + 1) * m],
+                                                  err_msg=f"rank {r} root {root} m {m}")
+                np.testing.assert_array_equal(bufs[root][SEND], whole)
+
+
+def test_a_gather_root_returns_only_after_every_peer_wrote():
+    """Its last wait is on every peer's CONSUMED (signalled after the peer's write), and a
+    peer writes only after the root's READY (its receive buffer published before)."""
+    n = 4
+    for root in range(n):
+        steps = list(cma.gather(Spec("gather", root, n, 8, root=root)))
+        assert isinstance(steps[0], Publish) and steps[0].buf == RECV
+        assert WaitFlags(cma.CONSUMED, cma.E, tuple(q for q in range(n) if q != root)) in steps
+        for r in set(range(n)) - {root}:
+            steps = list(cma.gather(Spec("gather", r, n, 8, root=root)))
+            kinds = [type(p).__name__ for p in steps]
+            assert kinds == ["Signal", "WaitFlags", "Copy", "Signal"]
+            assert steps[1] == WaitFlags(cma.READY, cma.E, (root,))
+            assert steps[2].dst.buf[:2] == (PEER, root) and steps[2].dst.buf[2] == RECV
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -147,7 +207,8 @@ def test_every_rank_signals_both_counters_to_the_epoch(n):
     next staged collective on its communicator)."""
     for fn, coll in [(cma.allgather, "allgather"), (cma.alltoall, "alltoall"),
                      (cma.broadcast, "broadcast"), (cma.allreduce, "allreduce"),
-                     (cma.reduce_scatter, "reduce_scatter")]:
+                     (cma.reduce_scatter, "reduce_scatter"), (cma.gather, "gather"),
+                     (cma.scatter, "scatter")]:
         for root in range(n):
             for inplace in (False, True):
                 for r in range(n):
