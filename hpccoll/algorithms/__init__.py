@@ -176,9 +176,15 @@ CMA_EXCHANGE = (_row(["cma"], ["registered"], above=EXCHANGE_C_BYTES),)
 # 4 ranks on 2 cores staged stays ahead (16 MiB 16.6 against 19.5 ms).
 CMA_REDUCE_BYTES = 4 << 20
 CMA_ALLREDUCE = (_row(["cma", "two_ranks"], ["registered"], above=CMA_REDUCE_BYTES),)
-# scatter above 256 KiB (the root's whole buffer), against MPI's own through the adapter
-# (2 ranks, loaded machine, single runs): 512 KiB 466 against 517 us, 1 MiB 92 against
-# 116, 16 MiB 1.24 against 2.13 ms, 128 KiB 410 against 325.
+# scatter above 256 KiB (the root's whole buffer), each reader reading the head of its
+# block while the root writes the tails: at 2 ranks, against cells by reference (each
+# reader reading all of its block; 1,000-call loops through the adapter, mpi4py
+# interleaved, hpccoll's us, two to four jobs each): 512 KiB 23-26 against 26-28, 1 MiB
+# 37-41 against 49-52, 2 MiB 66-68 against 91-94, 4 MiB 121-131 against 97-153, 16 MiB
+# 709-806 against 726-972; staged ahead at 256 KiB (13 against 14-15).  Where cells run by
+# reference beyond 2 ranks they stay ahead (4 ranks on 2 cores: 128 KiB 23-51 against
+# 37-41, 1 MiB 72-76 against 83-87, 4 MiB 171-208 against 204-208); this row catches
+# those sizes where cells do not run.
 # gather, each peer writing its block into the root's output while the root copies its
 # own: at 2 ranks above 2 MiB, elsewhere above 1 MiB, against staged shared memory
 # (1,000-call loops through the adapter, mpi4py interleaved, hpccoll's us; 2 ranks, both
@@ -235,12 +241,11 @@ SHM_ROOTED = (_row(["flat"], above=SHM_ROOTED_BYTES),)
 # 256 KiB 2.90x against 1.59x).
 REF_GATHER_BYTES = 32 << 10
 REF_BCAST_BYTES = 1 << 20
-REF_SCATTER_BYTES = 64 << 10    # (above; at 2 ranks above CMA_SCATTER_BYTES)
+REF_SCATTER_BYTES = 64 << 10    # (above, beyond 2 ranks)
 GATHER_CELLS = CELLS + (_row(["cells", "cma"], ["two_ranks"], above="cell_bytes",
                              upto=REF_GATHER_BYTES),)
 BCAST_CELLS = CELLS + (_row(["cells", "cma"], above=BCAST_C_BYTES, upto=REF_BCAST_BYTES),)
-SCATTER_CELLS = CELLS + (_row(["cells", "cma"], ["two_ranks"], above=REF_SCATTER_BYTES),
-                         _row(["cells", "cma", "two_ranks"], above=CMA_SCATTER_BYTES))
+SCATTER_CELLS = CELLS + (_row(["cells", "cma"], ["two_ranks"], above=REF_SCATTER_BYTES),)
 # allgather, broadcast, reduce_scatter through single copy were nowhere ahead of the
 # built-in choice in every job (2 ranks: allgather 1 MiB 290-346 against 207-232 us
 # through MPI's own; broadcast within 5% of MPI's own; reduce_scatter behind staged

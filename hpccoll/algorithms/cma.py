@@ -165,18 +165,36 @@ def gather(spec: Spec):
     yield Signal(CONSUMED, E)
 
 
+# What a cached copy of a block costs against a kernel copy of it (np.copyto of 128 KiB
+# 2.7 us, process_vm_readv or _writev 11.6; 2 MiB 45 against 160): a scatter's root
+# copies its own block besides the part of every peer's it writes.
+OWN_COPY = 0.3
+
+
 def scatter(spec: Spec):
-    """Every rank but the root reads its block straight from the root's input."""
-    r, root, m = spec.rank, spec.root, spec.count
+    """Every rank but the root reads the head of its block straight from the root's input
+    while the root copies its own block and writes the tails into the readers' outputs:
+    both sides' kernel copies at once, sized so that they end together (the root's share
+    shrinks with the readers, whom it serves one after another)."""
+    r, root, n, m = spec.rank, spec.root, spec.size, spec.count
+    own = 0.0 if spec.inplace else OWN_COPY
+    tail = int(m * (1 - own) / n)     # (reader: m - tail; root: own + (n - 1) tails)
+    head = m - tail
     if r == root:
+        peers = _others(spec)
         yield Publish(SEND)
         yield Signal(READY, E)
         if not spec.inplace and m:
             yield Copy(Region(RECV, 0, m), Region(SEND, r * m, m))
-        yield Signal(CONSUMED, E)
-        yield WaitFlags(CONSUMED, E, _others(spec))
-    else:
-        yield Signal(READY, E)
-        yield WaitFlags(READY, E, (root,))
-        yield Copy(Region(RECV, 0, m), _peer(root, SEND, r * m, m))
-        yield Signal(CONSUMED, E)
+        yield WaitFlags(READY, E, peers)
+        if tail:
+            for q in peers:
+                yield Copy(_peer(q, RECV, head, tail), Region(SEND, q * m + head, tail))
+        yield from _finish(peers)
+        return
+    yield Publish(RECV)
+    yield Signal(READY, E)
+    yield WaitFlags(READY, E, (root,))
+    if head:
+        yield Copy(Region(RECV, 0, head), _peer(root, SEND, r * m, head))
+    yield from _finish((root,))        # (and the root's writes into my output are done)

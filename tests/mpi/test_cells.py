@@ -298,7 +298,9 @@ def test_by_reference_broadcast_gather_scatter_exact(cctx, mpi_world, dtype):
         want = {(coll, "cells") for coll in ("broadcast", "gather", "scatter")
                 if any(table_picks_cells(cctx, coll, count, itemsize)
                        for count in ref_counts(cctx, itemsize))}
-        assert ("broadcast", "cells") in want and ("scatter", "cells") in want, want
+        # (at 2 ranks a large scatter is single copy instead: algorithms/__init__.py)
+        assert ("broadcast", "cells") in want, want
+        assert (("scatter", "cells") in want) == (n > 2), want
         assert want <= used, used
 
 

@@ -103,19 +103,46 @@ def test_gather(n, inplace):
 
 
 @pytest.mark.parametrize("n", SIZES)
-def test_scatter(n):
-    for m in (0, 1, 11):
+@pytest.mark.parametrize("inplace", [False, True])
+def test_scatter(n, inplace):
+    """Each reader's block arrives whole, its head read and its tail written by the root
+    (while both programs run: tests/stepsim.py), and the root's input is untouched."""
+    for m in (0, 1, 2, 11, 100):
         for root in range(n):
             for seed in SEEDS[:3]:
                 whole = data(1, n * m, seed=m + root + seed)[0]
-                progs = programs(cma.scatter, "scatter", n, m, root=root)
-                bufs = [[whole.copy() if r == root else None, np.full(m, 99, np.int64), None]
-                        for r in range(n)]
+                progs = programs(cma.scatter, "scatter", n, m, root=root, inplace=inplace)
+                bufs = []
+                for r in range(n):
+                    if r != root:
+                        bufs.append([None, np.full(m, 99, np.int64), None])
+                    elif inplace:
+                        w = whole.copy()
+                        bufs.append([w, w[r * m:(r + 1) * m], None])
+                    else:
+                        bufs.append([whole.copy(), np.full(m, 99, np.int64), None])
                 stepsim.run(progs, bufs, seed=seed)
                 for r in range(n):
                     np.testing.assert_array_equal(bufs[r][RECV], whole[r * m:(r + 1) * m],
                                                   err_msg=f"rank {r} root {root} m {m}")
                 np.testing.assert_array_equal(bufs[root][SEND], whole)
+
+
+def test_a_scatter_splits_each_block_so_that_both_sides_end_together():
+    """reader: its head; root: its own block (OWN_COPY of a kernel copy, none in place)
+    and every reader's tail, one after another: the root's share shrinks as readers
+    are added, and the two sides' work is within one element."""
+    m = 1 << 20
+    for n in (2, 3, 4, 8):
+        for inplace in (False, True):
+            steps = list(cma.scatter(Spec("scatter", 1, n, m, root=0, inplace=inplace)))
+            head = next(p for p in steps if type(p).__name__ == "Copy").src.n
+            tail = m - head
+            own = 0 if inplace else cma.OWN_COPY * m
+            assert abs(head - (own + (n - 1) * tail)) <= n, (n, inplace, head)
+            root = [p for p in cma.scatter(Spec("scatter", 0, n, m, root=0, inplace=inplace))
+                    if type(p).__name__ == "Copy"]
+            assert [p.src.n for p in root] == ([] if inplace else [m]) + [tail] * (n - 1)
 
 
 def test_a_gather_root_returns_only_after_every_peer_wrote():
