@@ -185,21 +185,20 @@ CMA_ALLREDUCE = (_row(["cma", "two_ranks"], ["registered"], above=CMA_REDUCE_BYT
 # reference beyond 2 ranks they stay ahead (4 ranks on 2 cores: 128 KiB 23-51 against
 # 37-41, 1 MiB 72-76 against 83-87, 4 MiB 171-208 against 204-208); this row catches
 # those sizes where cells do not run.
-# gather, each peer writing its block into the root's output while the root copies its
-# own: at 2 ranks above 2 MiB, elsewhere above 1 MiB, against staged shared memory
-# (1,000-call loops through the adapter, mpi4py interleaved, hpccoll's us; 2 ranks, both
-# placements of the VM, three to five jobs: 4 MiB 104-184 against 169-224, 16 MiB 548-768
-# against 902-1245 (one job 4,666); 2 MiB 94-107 against 63-95, 1 MiB 52-56 against 44-50,
-# 256-512 KiB even to behind.  4 ranks on 2 cores: ahead from 128 KiB (26 against 31-32,
-# 1 MiB 99-121 against 126-129, 16 MiB 630-668 against 2,037-2,060), behind at 64 KiB
-# (24 against 19-20); 3 ranks: 384 KiB 52-62 against 41-60, 1.5 MiB 128-140 against
-# 113-149, 6 MiB 337-423 against 340-751).  Before, the root read every peer's block in
-# turn while the peers waited (2 ranks 4 MiB 240-272 us).
-CMA_GATHER_BYTES = 1 << 20
-CMA_GATHER_TWO_BYTES = 2 << 20
+# gather above 128 KiB, each peer writing the head of its block into the root's output
+# while the root copies its own block and reads the tails (algorithms/cma.py: _split),
+# against staged shared memory (1,000-call loops through the adapter, mpi4py interleaved,
+# hpccoll's us, three to nine jobs each; 2 ranks, where cache lines hand off in 50-60 ns):
+# 256 KiB 14-16 against 16-18, 512 KiB 22-27 against 32-34, 1 MiB 38-42 against 42-44,
+# 4 MiB 118-142 against 207-228, 16 MiB 570-798 against 1,086-1,124; behind at 128 KiB
+# (9 against 8) and at 2 MiB (65-70 against 58-68, 1.55-1.73x MPI's own against
+# 1.71-1.99x).  4 ranks on 2 cores: 256 KiB 36-38 against 43-44, 1 MiB 91-92 against
+# 135-170, 4 MiB 214-246 against 411-473, even at 128 KiB; 3 ranks: 6 MiB 343-348 against
+# 580-630, even at 384 KiB-1.5 MiB.  Before, the root read every peer's block whole in
+# turn while the peers waited (2 ranks 4 MiB 240-272 us), and ran above 1 MiB only.
+CMA_GATHER_BYTES = 128 << 10
 CMA_SCATTER_BYTES = 256 << 10
-CMA_GATHER = (_row(["cma", "two_ranks"], ["registered"], above=CMA_GATHER_TWO_BYTES),
-              _row(["cma"], ["registered", "two_ranks"], above=CMA_GATHER_BYTES))
+CMA_GATHER = (_row(["cma"], ["registered"], above=CMA_GATHER_BYTES),)
 CMA_SCATTER = (_row(["cma"], ["registered"], above=CMA_SCATTER_BYTES),)
 # gather, scatter: staged through node-shared slots, run in C, above 8 KiB (against MPI's
 # own through the adapter, 2 ranks: gather 16 KiB 59 against 78 us, 64 KiB 49 against 76,

@@ -1,8 +1,8 @@
 """Single-copy algorithms for ranks on one node: every rank reads its peers' ordinary
 buffers where they lie, in the peers' own processes, through the kernel (Linux Cross
 Memory Attach: ``process_vm_readv``, as MPICH and Open MPI move large messages between
-processes), or, in a gather, writes into the root's (``process_vm_writev``).  Pure step
-machines, like the others.
+processes), or writes into theirs (``process_vm_writev``: gather and scatter split each
+block between its peer and the root).  Pure step machines, like the others.
 
 The staged programs of algorithms/shm.py copy each block twice (into the owner's slot,
 out of it); these copy it once, with a fixed number of flag rounds however large the
@@ -142,44 +142,56 @@ def reduce_scatter(spec: Spec):
     yield from _finish(peers)
 
 
+# What a cached copy of a block costs against a kernel copy of it (np.copyto of 128 KiB
+# 2.7 us, process_vm_readv or _writev 11.6; 2 MiB 45 against 160): a gather's or
+# scatter's root copies its own block besides its part of every peer's.
+OWN_COPY = 0.3
+
+
+def _split(spec: Spec) -> tuple:
+    """(head, tail) of each peer's block in a gather or scatter: the peer moves the head,
+    the root the tail of every peer's block (one after another) besides copying its own
+    block (OWN_COPY of a kernel copy; nothing in place): both sides' kernel copies at
+    once, sized so that they end together."""
+    m = spec.count
+    own = 0.0 if spec.inplace else OWN_COPY
+    tail = int(m * (1 - own) / spec.size)
+    return m - tail, tail
+
+
 def gather(spec: Spec):
-    """Every rank but the root writes its input straight into its block of the root's
-    output (``process_vm_writev``), while the root copies its own block: the copies run on
-    every rank's core at once, where the root reading each peer's block in turn would make
-    them one after another on its own (2 ranks, 4 MiB: 104-184 against 240-272 us).  The
-    root returns once every peer signalled CONSUMED (written); a peer, once it has
-    written."""
+    """Every rank but the root writes the head of its block straight into the root's
+    output (``process_vm_writev``) while the root copies its own block and reads the tails
+    from the peers' inputs (``_split``): the root reading every block whole did the
+    copies one after another on its own core (2 ranks, 4 MiB: 240-272 us)."""
     r, root, m = spec.rank, spec.root, spec.count
+    head, tail = _split(spec)
     if r != root:
+        yield Publish(SEND)
         yield Signal(READY, E)
         yield WaitFlags(READY, E, (root,))
-        if m:
-            yield Copy(_peer(root, RECV, r * m, m), Region(SEND, 0, m))
-        yield Signal(CONSUMED, E)
+        if head:
+            yield Copy(_peer(root, RECV, r * m, head), Region(SEND, 0, head))
+        yield from _finish((root,))     # (and the root has read my tail)
         return
+    peers = _others(spec)
     yield Publish(RECV)
     yield Signal(READY, E)
     if not spec.inplace and m:
         yield Copy(Region(RECV, r * m, m), Region(SEND, 0, m))
-    yield WaitFlags(CONSUMED, E, _others(spec))   # every peer's block is in
-    yield Signal(CONSUMED, E)
-
-
-# What a cached copy of a block costs against a kernel copy of it (np.copyto of 128 KiB
-# 2.7 us, process_vm_readv or _writev 11.6; 2 MiB 45 against 160): a scatter's root
-# copies its own block besides the part of every peer's it writes.
-OWN_COPY = 0.3
+    yield WaitFlags(READY, E, peers)
+    if tail:
+        for q in peers:
+            yield Copy(Region(RECV, q * m + head, tail), _peer(q, SEND, head, tail))
+    yield from _finish(peers)           # (every peer's head is in)
 
 
 def scatter(spec: Spec):
     """Every rank but the root reads the head of its block straight from the root's input
-    while the root copies its own block and writes the tails into the readers' outputs:
-    both sides' kernel copies at once, sized so that they end together (the root's share
-    shrinks with the readers, whom it serves one after another)."""
-    r, root, n, m = spec.rank, spec.root, spec.size, spec.count
-    own = 0.0 if spec.inplace else OWN_COPY
-    tail = int(m * (1 - own) / n)     # (reader: m - tail; root: own + (n - 1) tails)
-    head = m - tail
+    while the root copies its own block and writes the tails into the readers' outputs
+    (``_split``)."""
+    r, root, m = spec.rank, spec.root, spec.count
+    head, tail = _split(spec)
     if r == root:
         peers = _others(spec)
         yield Publish(SEND)

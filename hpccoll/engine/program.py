@@ -25,6 +25,11 @@ from .code import _native
 from .lane import GPU, Lane, lane_fields
 
 
+# the buffers of failed lanes that published them to their peers (ProgramLane.cancel),
+# kept for the life of the process
+HELD: list = []
+
+
 class Shm:
     """What a plan's shared-memory programs need at run time: the communicator's area, the
     map from local index to communicator rank, peers' registered buffers (typed views),
@@ -134,6 +139,11 @@ class ProgramLane(Lane):
     def cancel(self) -> None:
         for reqs, descr, _ in self.inflight.values():
             self._cancel(reqs, sum(1 for d in descr if d[0] == "recv"))
+        if self.shm is not None and any(ins[0] == _code.PUBLISH for ins in self.code):
+            # a peer that had read what this rank published may still be writing into it
+            # (single-copy gathers and scatters: process_vm_writev), and a write cannot be
+            # cancelled: the buffers stay alive, so that it lands in memory nobody reuses
+            HELD.append(self.bufs)
 
 
 def program_setup(lane, program, code, bufs, op, mpi_comm, tag, ops, shm, native):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hpccoll.algorithms import cma
-from hpccoll.algorithms.primitives import PEER, RECV, SEND, Publish, WaitFlags
+from hpccoll.algorithms.primitives import PEER, RECV, SEND, Publish, Signal, WaitFlags
 from hpccoll.algorithms.spec import Spec
 from tests import stepsim
 
@@ -77,10 +77,10 @@ def test_broadcast(n):
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("inplace", [False, True])
 def test_gather(n, inplace):
-    """Every peer writes its block into the root's output while the root's program runs
-    (tests/stepsim.py asserts it), nothing else of the root's output changes, and no
-    rank's input does."""
-    for m in (0, 1, 11):
+    """Every peer's block arrives whole, its head written by the peer and its tail read by
+    the root, while both programs run (tests/stepsim.py asserts it), and no rank's input
+    changes."""
+    for m in (0, 1, 2, 11, 100):
         for root in range(n):
             for seed in SEEDS[:3]:
                 xs = data(n, m, seed=m + root + seed)
@@ -128,37 +128,31 @@ def test_scatter(n, inplace):
                 np.testing.assert_array_equal(bufs[root][SEND], whole)
 
 
-def test_a_scatter_splits_each_block_so_that_both_sides_end_together():
-    """reader: its head; root: its own block (OWN_COPY of a kernel copy, none in place)
-    and every reader's tail, one after another: the root's share shrinks as readers
-    are added, and the two sides' work is within one element."""
+@pytest.mark.parametrize("fn,coll", [(cma.gather, "gather"), (cma.scatter, "scatter")])
+def test_gather_and_scatter_split_each_block_so_that_both_sides_end_together(fn, coll):
+    """A peer moves the head of its block (a gather's writes it into the root's output, a
+    scatter's reads it from the root's input), the root its own block (OWN_COPY of a
+    kernel copy, none in place) and every peer's tail, one after another: the root's
+    share shrinks as peers are added, and the two sides' work is within n elements.
+    The peer's move is between the root's READY and its own CONSUMED."""
     m = 1 << 20
     for n in (2, 3, 4, 8):
         for inplace in (False, True):
-            steps = list(cma.scatter(Spec("scatter", 1, n, m, root=0, inplace=inplace)))
-            head = next(p for p in steps if type(p).__name__ == "Copy").src.n
+            steps = list(fn(Spec(coll, 1, n, m, root=0, inplace=inplace)))
+            copies = [p for p in steps if type(p).__name__ == "Copy"]
+            assert len(copies) == 1
+            head = copies[0].src.n
             tail = m - head
             own = 0 if inplace else cma.OWN_COPY * m
             assert abs(head - (own + (n - 1) * tail)) <= n, (n, inplace, head)
-            root = [p for p in cma.scatter(Spec("scatter", 0, n, m, root=0, inplace=inplace))
+            peer_side = copies[0].dst if coll == "gather" else copies[0].src
+            assert peer_side.buf[:2] == (PEER, 0)
+            at = steps.index(copies[0])
+            assert steps[at - 1] == WaitFlags(cma.READY, cma.E, (0,))
+            assert steps[at + 1] == Signal(cma.CONSUMED, cma.E)
+            root = [p for p in fn(Spec(coll, 0, n, m, root=0, inplace=inplace))
                     if type(p).__name__ == "Copy"]
             assert [p.src.n for p in root] == ([] if inplace else [m]) + [tail] * (n - 1)
-
-
-def test_a_gather_root_returns_only_after_every_peer_wrote():
-    """Its last wait is on every peer's CONSUMED (signalled after the peer's write), and a
-    peer writes only after the root's READY (its receive buffer published before)."""
-    n = 4
-    for root in range(n):
-        steps = list(cma.gather(Spec("gather", root, n, 8, root=root)))
-        assert isinstance(steps[0], Publish) and steps[0].buf == RECV
-        assert WaitFlags(cma.CONSUMED, cma.E, tuple(q for q in range(n) if q != root)) in steps
-        for r in set(range(n)) - {root}:
-            steps = list(cma.gather(Spec("gather", r, n, 8, root=root)))
-            kinds = [type(p).__name__ for p in steps]
-            assert kinds == ["Signal", "WaitFlags", "Copy", "Signal"]
-            assert steps[1] == WaitFlags(cma.READY, cma.E, (root,))
-            assert steps[2].dst.buf[:2] == (PEER, root) and steps[2].dst.buf[2] == RECV
 
 
 @pytest.mark.parametrize("n", SIZES)
