@@ -133,24 +133,26 @@ def test_gather_and_scatter_split_each_block_so_that_both_sides_end_together(fn,
     """A peer moves the head of its block (a gather's writes it into the root's output, a
     scatter's reads it from the root's input), the root its own block (OWN_COPY of a
     kernel copy, none in place) and every peer's tail, one after another: the root's
-    share shrinks as peers are added, and the two sides' work is within n elements.
+    share shrinks as peers are added, and the two sides' work is within n elements; a
+    block of more than two slots counts the root's copy dearer (it leaves the caches).
     The peer's move is between the root's READY and its own CONSUMED."""
-    m = 1 << 20
-    for n in (2, 3, 4, 8):
-        for inplace in (False, True):
-            steps = list(fn(Spec(coll, 1, n, m, root=0, inplace=inplace)))
+    chunk = 1 << 16
+    for m, own in ((chunk, cma.OWN_COPY[0][1]), (2 * chunk, cma.OWN_COPY[0][1]),
+                   (2 * chunk + 1, cma.OWN_COPY[1][1]), (16 * chunk, cma.OWN_COPY[1][1])):
+        for n, inplace in [(n, i) for n in (2, 3, 4, 8) for i in (False, True)]:
+            steps = list(fn(Spec(coll, 1, n, m, root=0, inplace=inplace, chunk=chunk)))
             copies = [p for p in steps if type(p).__name__ == "Copy"]
             assert len(copies) == 1
             head = copies[0].src.n
             tail = m - head
-            own = 0 if inplace else cma.OWN_COPY * m
-            assert abs(head - (own + (n - 1) * tail)) <= n, (n, inplace, head)
+            mine = 0 if inplace else own * m
+            assert abs(head - (mine + (n - 1) * tail)) <= n, (m, n, inplace, head)
             peer_side = copies[0].dst if coll == "gather" else copies[0].src
             assert peer_side.buf[:2] == (PEER, 0)
             at = steps.index(copies[0])
             assert steps[at - 1] == WaitFlags(cma.READY, cma.E, (0,))
             assert steps[at + 1] == Signal(cma.CONSUMED, cma.E)
-            root = [p for p in fn(Spec(coll, 0, n, m, root=0, inplace=inplace))
+            root = [p for p in fn(Spec(coll, 0, n, m, root=0, inplace=inplace, chunk=chunk))
                     if type(p).__name__ == "Copy"]
             assert [p.src.n for p in root] == ([] if inplace else [m]) + [tail] * (n - 1)
 
