@@ -77,11 +77,8 @@ def test_mpipartition_distributes_through_the_adapter(count):
         if r == 0:
             print(f"\nmpipartition distribute of {count}: {share:.1%} of the collective "
                   f"calls native on {n} ranks; forwarded: {sorted(forwarded) or 'none'}")
-        # the buffer collectives all run on hpccoll
-        assert not forwarded - set(coverage.OBJECTS), forwarded
-        if all(coverage.native(hpccoll.mpi.Cartcomm, m) for m in forwarded):
-            assert share >= 0.95
-        else:   # mpipartition's bcast of its keys: the object methods are not native yet
-            pytest.xfail(f"{share:.0%} native: {sorted(forwarded)} not native yet")
+        # every collective it calls runs on hpccoll (the object methods too)
+        assert not forwarded, forwarded
+        assert share >= 0.95
     finally:
         comm.context.close()
