@@ -30,6 +30,7 @@ MODULES = (
     "hpccoll.core.plan",
     "hpccoll.core.state",
     "hpccoll.core.communicator",
+    "hpccoll.mpi._message",
     "hpccoll.mpi._calls",
     "hpccoll.mpi._buffers",
     "hpccoll.mpi._comm",
