@@ -26,6 +26,7 @@ from mpi4py import MPI
 from ..base import mismatch
 from ..errors import CollectiveMismatch
 from .control import TAG_NOTE, TAG_PROBE, TAG_ROWS, TAG_VERDICT
+from .lane import HELD
 
 
 class _Probe:
@@ -220,21 +221,25 @@ def _allgather(ctl, rows: np.ndarray, deadline: float):
     communicator with nonblocking collectives; None if that did not complete in time."""
     size = ctl.Get_size()
     counts = np.empty(size, np.int64)
-    if not _wait(ctl.Iallgather(np.array([rows.size], np.int64), counts), deadline):
+    n = np.array([rows.size], np.int64)
+    if not _wait(ctl.Iallgather(n, counts), deadline, n, counts):
         return None
     out = np.empty(int(counts.sum()), np.int64)
     displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
     mine = np.ascontiguousarray(rows, np.int64).reshape(-1)
     req = ctl.Iallgatherv(mine, [out, (counts, displs), MPI.INT64_T])
-    if not _wait(req, deadline):
+    if not _wait(req, deadline, mine, out, counts, displs):
         return None
     width = rows.shape[1]
     return [out[d:d + c].reshape(-1, width) for d, c in zip(displs, counts)]
 
 
-def _wait(req, deadline: float) -> bool:
+def _wait(req, deadline: float, *arrays) -> bool:
+    """Whether ``req`` completed by ``deadline``; where it did not, MPI may still read or
+    write its ``arrays`` (mpi4py keeps no reference): they stay alive (lane.HELD)."""
     while not req.Test():
         if time.monotonic() > deadline:
+            HELD.append((req, arrays))
             return False
         time.sleep(0.0002)
     return True

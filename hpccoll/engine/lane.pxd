@@ -20,7 +20,7 @@ cdef class OneWait(Lane):
 
 
 cdef class MpiLane(OneWait):
-    cdef public object recipe, send, recv, req, slot
+    cdef public object recipe, send, recv, req, slot, scratch
     cdef public bint tested
 
     cpdef bint startable(self) except -1

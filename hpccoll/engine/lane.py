@@ -25,6 +25,10 @@ from ..transport import mpi as transport
 from ..transport import staging
 from .code import _native
 
+# the arrays of failed lanes that MPI or a peer may still read or write (a collective
+# cannot be cancelled, nor a peer's single-copy write), kept for the life of the process
+HELD: list = []
+
 # (bound once: a per-call lookup of the module and its attribute is a tenth of a cell's
 # own cost)
 _cell_post = _native.cell_post if _native is not None else None
@@ -149,7 +153,10 @@ class MpiLane(OneWait):
 
     def start(self) -> None:
         if self.slot is None:
-            self.req = transport.start(self.recipe, self.send, self.recv)
+            r = self.recipe
+            if r.scratch:
+                self.scratch = transport.scratch(r, self.send)
+            self.req = transport.start(r, self.send, self.recv, self.scratch)
         else:
             self.req = transport.start_slot(self.recipe, self.slot, self.send)
 
@@ -174,15 +181,21 @@ class MpiLane(OneWait):
     def pending_peers(self):
         return ({-1} if not self.done else set()), set()
 
+    def cancel(self) -> None:
+        if self.req is not None and not self.done:
+            # MPI may still read or write these arrays (a collective cannot be cancelled):
+            # they stay alive, so that it touches memory nobody reuses
+            HELD.append((self.req, self.send, self.recv, self.scratch))
+
     def release(self) -> None:
-        self.send = self.recv = None
+        self.send = self.recv = self.scratch = None
 
 
 def mpi_setup(lane, recipe, send, recv, slot):
     """Every field of an MpiLane (its one initialisation)."""
     lane_fields(lane, False, True)
     lane.recipe, lane.send, lane.recv, lane.slot = recipe, send, recv, slot
-    lane.req = None
+    lane.req = lane.scratch = None
     lane.tested = False
     return lane
 
@@ -268,14 +281,14 @@ class DetourLane(OneWait):
     (``late_post``; Task.posted, which lets the communicator's next collective start)
     only once it is: every rank still posts its MPI collectives in issue order."""
     __slots__ = ("recipe", "send", "recv", "devs", "inplace", "stream", "gpu", "hsend",
-                 "hrecv", "held", "event", "req", "phase")
+                 "hrecv", "scratch", "held", "event", "req", "phase")
     program = MPI_PROGRAM
 
     def __init__(self, recipe, send, recv, devs, inplace, stream, gpu):
         lane_fields(self, False, False, late_post=True)
         self.recipe, self.send, self.recv, self.devs = recipe, send, recv, devs
         self.inplace, self.stream, self.gpu = inplace, stream, gpu
-        self.hsend = self.hrecv = self.event = self.req = None
+        self.hsend = self.hrecv = self.scratch = self.event = self.req = None
         self.held = []
         self.phase = 0
 
@@ -320,7 +333,10 @@ class DetourLane(OneWait):
         if self.phase == 0:
             if not staging.done(self.event):
                 return False
-            self.req = transport.start(self.recipe, self.hsend, self.hrecv)
+            r = self.recipe
+            if r.scratch:
+                self.scratch = transport.scratch(r, self.hsend)
+            self.req = transport.start(r, self.hsend, self.hrecv, self.scratch)
             self.mpi_posted = True
             self.phase = progressed = 1
         if self.phase == 1:
@@ -347,8 +363,12 @@ class DetourLane(OneWait):
     def pending_peers(self):
         return ({-1} if self.mpi_posted and not self.done else set()), set()
 
+    def cancel(self) -> None:
+        if self.req is not None and not self.done:     # (as MpiLane.cancel)
+            HELD.append((self.req, self.held, self.scratch))
+
     def release(self) -> None:
         # done: run() gave the pinned buffers back already; failed: a copy may still read
         # or write them, so they are not reused
         self.held = []
-        self.send = self.recv = self.hsend = self.hrecv = self.devs = None
+        self.send = self.recv = self.hsend = self.hrecv = self.devs = self.scratch = None

@@ -22,12 +22,9 @@ from ..transport import mpi as transport
 from ..transport import staging
 from . import code as _code
 from .code import _native
-from .lane import GPU, Lane, lane_fields
+from .lane import GPU, HELD, Lane, lane_fields
 
 
-# the buffers of failed lanes that published them to their peers (ProgramLane.cancel),
-# kept for the life of the process
-HELD: list = []
 
 
 class Shm:

@@ -71,13 +71,19 @@ def persistent_collectives() -> bool:
 
 class Recipe:
     """Which MPI collective (``post``: the bound method that starts it), with which op,
-    root and divisor (avg: contributions divided before MPI sums them), and which
-    persistent requests it takes (``persist``: their key, or None).  A plan holds one."""
+    root and divisor (avg: contributions divided before MPI sums them), which persistent
+    requests it takes (``persist``: their key, or None), and whether MPI needs an array
+    of its own at each call (``scratch``: see ``scratch``).  A plan holds one."""
 
     def __init__(self, kind, mpi_comm, mop, root, rank, divisor, inplace, persist):
         self.kind, self.mpi, self.mop, self.root, self.rank = kind, mpi_comm, mop, root, rank
         self.post = getattr(mpi_comm, NONBLOCKING[kind])
         self.divisor, self.inplace, self.persist = divisor, inplace, persist
+        # MPI's in-place reduce_scatter leaves the result in block 0, not in this rank's
+        # block: the input goes in as a copy; MPI leaves rank 0's exscan output undefined,
+        # and hpccoll leaves it as it was: MPI writes elsewhere
+        self.scratch = ((kind == "reduce_scatter" and inplace)
+                        or (kind == "exscan" and rank == 0))
 
 
 class Persistent:
@@ -128,8 +134,18 @@ def start_collective(mpi_comm, kind, send, recv, op=None, root=0, persistent=Fal
     return fn(send, recv)
 
 
-def start(r: Recipe, send, recv):
-    """Start the collective of recipe ``r`` on these arrays; returns its request."""
+def scratch(r: Recipe, send):
+    """The array of its own that MPI reads or writes in this call of recipe ``r`` (where
+    ``r.scratch``): the caller holds it until the request completes, since MPI may touch
+    it during progress, long after the call that posted it (Open MPI does; mpi4py keeps
+    no reference)."""
+    return send.copy() if r.kind == "reduce_scatter" else np.empty_like(send)
+
+
+def start(r: Recipe, send, recv, scratch=None):
+    """Start the collective of recipe ``r`` on these arrays (and ``scratch``, where the
+    recipe needs one); returns its request.  Every array must stay alive until the
+    request completes."""
     kind = r.kind
     # reduce and reduce_scatter take no avg (the plan's rule).  Which ranks pass their
     # input in place may differ (only the root may, for reduce): the algorithm may not
@@ -138,8 +154,7 @@ def start(r: Recipe, send, recv):
             return r.post(send, None, r.mop, r.root)
         return r.post(MPI.IN_PLACE if r.inplace else send, recv, r.mop, r.root)
     if kind == "reduce_scatter":
-        # MPI's in-place form leaves the result in block 0, not in this rank's block
-        return r.post(send.copy() if r.inplace else send, recv, r.mop)
+        return r.post(send if scratch is None else scratch, recv, r.mop)
     if kind == "gather":        # the receive buffer and MPI.IN_PLACE: the root's only
         if r.rank != r.root:
             return r.post(send, None, r.root)
@@ -148,9 +163,8 @@ def start(r: Recipe, send, recv):
         if r.rank != r.root:
             return r.post(None, recv, r.root)
         return r.post(send, MPI.IN_PLACE if r.inplace else recv, r.root)
-    if kind == "exscan" and r.rank == 0:
-        # MPI leaves rank 0's output undefined; hpccoll leaves it as it was
-        return r.post(send, np.empty_like(send), r.mop)
+    if scratch is not None:     # rank 0's exscan
+        return r.post(send, scratch, r.mop)
     if r.divisor:           # avg: divide into the output, then sum in place
         table.scale(recv, send, r.divisor)
         send = MPI.IN_PLACE
