@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 import hpccoll
+from .transport.mpi import library_name
 from .timing import handoff_note, human_bytes, parse_bytes, time_interleaved
 
 COLLS = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier")
@@ -94,7 +95,7 @@ def run(args) -> int:
     policy, handoff = ctx.policy, ctx.handoff_ns
     ctx.close()
     if mpi.rank == 0:
-        lib = MPI.Get_library_version().splitlines()[0].strip()
+        lib = library_name()
         print(f"hpccoll {hpccoll.__version__}: {mpi.size} ranks, {lib}, policy {policy}, "
               f"host arrays (float32), {args.iters} iterations, medians of the slowest rank"
               + handoff_note(handoff))

@@ -151,6 +151,10 @@ def write_attrs(obj, attrs: dict) -> None:
     JSON text, with its name listed in the ``_json`` attribute so readers decode it."""
     encoded = set(json.loads(obj.attrs.get("_json", "[]")))
     for key, value in attrs.items():
+        if isinstance(value, str):
+            # HDF5 strings are C strings (h5py refuses a NUL): Open MPI's version text
+            # ends in one
+            value = value.split("\0", 1)[0]
         if isinstance(value, _NATIVE):
             obj.attrs[key] = value
             encoded.discard(key)

@@ -38,8 +38,8 @@ def library_version() -> str:
     """The MPI library's version string, read without initializing MPI."""
     import mpi4py
     mpi4py.rc.initialize = mpi4py.rc.finalize = False
-    from mpi4py import MPI
-    return MPI.Get_library_version()
+    from .transport.mpi import library_version
+    return library_version()
 
 
 def own_pmi1_client(library: str) -> bool:
@@ -106,13 +106,14 @@ def launcher(want: str, environ=None) -> int:
 
 def check(ranks: int) -> int:
     from mpi4py import MPI
+    from .transport.mpi import library_name
     world = MPI.COMM_WORLD
     if world.size == ranks:
         # every rank must be able to import the package it is about to run
         import hpccoll  # noqa: F401
         hosts = world.gather(MPI.Get_processor_name(), root=0)
         if world.rank == 0:
-            lib = MPI.Get_library_version().splitlines()[0].strip()
+            lib = library_name()
             print(f"hpccoll.slurm check: {ranks} ranks in one MPI job on "
                   f"{len(set(hosts))} host(s) ({lib})", flush=True)
         return 0

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hpccoll  # noqa: E402
 from hpccoll import chaos  # noqa: E402
 from hpccoll.timing import human_bytes, parse_bytes  # noqa: E402
+from hpccoll.transport.mpi import library_name  # noqa: E402
 
 POLICIES = ("fifo", "preemptive", "ordered")
 BURST = 8
@@ -96,7 +97,7 @@ def main() -> int:
         secs = world.allreduce(res.seconds, op=MPI.MAX)
         latin[p] = (res.outcome, res.iters / secs if secs else 0.0)
     if world.rank == 0:
-        print(f"policy overhead, {world.size} ranks, {MPI.Get_library_version().splitlines()[0].strip()}, "
+        print(f"policy overhead, {world.size} ranks, {library_name()}, "
               f"float32 sum allreduce, medians of the slowest rank")
         print(f"{'workload':<8}{'size':>9}" + "".join(f"{p + ' us':>15}" for p in POLICIES)
               + f"{'preempt/fifo':>14}{'ordered/fifo':>14}")

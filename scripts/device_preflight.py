@@ -62,8 +62,9 @@ def main(argv=None) -> int:
     if not mpiexec:
         missing.append("mpiexec: a carried mpich wheel (scripts/device_wheels.sh)")
     try:
-        from mpi4py import MPI      # a singleton MPI job: the CUDA query needs MPI initialised
-        lib = MPI.Get_library_version().splitlines()[0].strip()
+        # (a singleton MPI job: the CUDA query needs MPI initialised)
+        from hpccoll.transport.mpi import library_name
+        lib = library_name()
         print(f"MPI library: {lib}")
     except Exception as exc:
         print(f"MPI library: MISSING ({type(exc).__name__}: {exc})")

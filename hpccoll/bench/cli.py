@@ -50,10 +50,10 @@ def _setup_device(device: str, mpi):
 
 # -- the run ----------------------------------------------------------------------------------
 def _banner(args, plan, mpi, gpu_model) -> list[str]:
-    from mpi4py import MPI
     from .._version import __version__
+    from ..transport.mpi import library_name
     step = f"{args.stepfactor}(factor)" if args.stepfactor > 1 else f"{args.stepbytes}(bytes)"
-    lib = MPI.Get_library_version().splitlines()[0].strip()
+    lib = library_name()
     under = args.library + (f" (policy {plan.policy})" if args.library == "hpccoll" else "")
     base = f", baseline: {args.compare}" if args.compare else ""
     lines = [f"# hpccoll-bench {__version__}: {under}{base}; MPI: {lib}",

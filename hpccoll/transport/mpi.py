@@ -213,10 +213,16 @@ def finish_slot(r: Recipe, slot: Persistent, recv) -> None:
     slot.busy = False
 
 
+def library_version() -> str:
+    """The MPI library's version text, as C would print it: Open MPI's ends in a NUL
+    byte, which HDF5 strings and terminals refuse."""
+    return MPI.Get_library_version().split("\0", 1)[0].strip()
+
+
 def library_name() -> str:
-    """The MPI library's one-line name: a calibration measured with another library (or
-    another version of it) does not apply."""
-    return " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
+    """The MPI library's one-line name, as tables and result files name it: a calibration
+    measured with another library (or another version of it) does not apply."""
+    return " ".join(library_version().splitlines()[0].split())
 
 
 # -- reduction ops ----------------------------------------------------------------------------

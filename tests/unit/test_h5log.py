@@ -55,6 +55,16 @@ def test_schema_round_trip(tmp_path):
         assert f["runs"][r.name]["tables"]["allreduce"].dtype.names[:2] == ("coll", "size")
 
 
+def test_strings_are_stored_as_c_strings(tmp_path):
+    """Open MPI's library version ends in a NUL, which h5py refuses in a string: an
+    attribute ends where C's string would."""
+    out = tmp_path / "r.h5"
+    with h5log.RunWriter(out, "x", {"mpi_library_version": "Open MPI v5.0.11, ...\0"}):
+        pass
+    (run,) = h5log.read(out)
+    assert run.attrs["mpi_library_version"] == "Open MPI v5.0.11, ..."
+
+
 def test_runs_append_as_groups(tmp_path):
     path = tmp_path / "r.h5"
     for label in ("first", "second"):
