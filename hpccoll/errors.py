@@ -41,15 +41,21 @@ class ResourcesExhausted(HpcCollError):
     communicators no longer used, then try again."""
 
 
-def mpi_failure(what: str, exc: BaseException, live: int) -> HpcCollError:
+def mpi_failure(what: str, exc: BaseException, live: int, MPI=None) -> HpcCollError:
     """The hpccoll error for an MPI error while ``what`` set a communicator up: what ran
     out (MPI's own line for it), how many hpccoll communicators are live on this rank, and
-    what to do; any other MPI error, named, as an HpcCollError."""
+    what to do; any other MPI error, named, as an HpcCollError.  ``MPI``: mpi4py's module,
+    to read what the MPI's error does not say (Open MPI's, out of contexts, is "internal
+    error")."""
     text = str(exc)
     lines = [ln.split(":", 1)[-1].strip() for ln in text.splitlines() if ln.strip()]
     if "Too many communicators" in text or "contextid" in text.lower():
         resource = "communicator contexts"
         line = next((ln for ln in lines if "Too many communicators" in ln), lines[-1])
+    elif (MPI is not None and getattr(exc, "Get_error_class", int)() == MPI.ERR_INTERN
+          and MPI.Get_library_version().startswith("Open MPI")):
+        resource = "communicator contexts"
+        line = f"{lines[-1] if lines else text}: how Open MPI says so"
     elif any(w in text.lower() for w in ("memory", "shm", "mmap", "no space")):
         resource = "node-shared memory"
         line = lines[-1] if lines else text

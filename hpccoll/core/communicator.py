@@ -71,7 +71,9 @@ class Communicator:
         try:
             newcomm = st.mpi.Dup()
         except self._ctx._MPI.Exception as exc:
-            raise mpi_failure(f"dup() of {self.name!r}", exc, len(self._ctx._comms)) from exc
+            st.failed_child = True
+            raise mpi_failure(f"dup() of {self.name!r}", exc, len(self._ctx._comms),
+                              self._ctx._MPI) from exc
         return Communicator(self._ctx, newcomm, name or f"{self.name}.dup{self._children}",
                             f"{self.uid}/d{self._children}")
 
@@ -87,7 +89,9 @@ class Communicator:
         try:
             newcomm = st.mpi.Split(MPI.UNDEFINED if color is None else int(color), int(key))
         except MPI.Exception as exc:
-            raise mpi_failure(f"split() of {self.name!r}", exc, len(self._ctx._comms)) from exc
+            st.failed_child = True
+            raise mpi_failure(f"split() of {self.name!r}", exc, len(self._ctx._comms),
+                              MPI) from exc
         if color is None:
             return None
         return Communicator(self._ctx, newcomm,

@@ -20,7 +20,7 @@ cdef class CommState:
     cdef public Ledger ledger
     cdef public object shm, gate, data, mpi, world_ranks, shape, check, plans_token
     cdef public object _acquire, _release
-    cdef public bint freed, ok
+    cdef public bint freed, ok, failed_child
     cdef public long long seq, rank, size, tag_space, limit, cell_seq
     cdef public double noted_at
 

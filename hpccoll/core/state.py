@@ -33,6 +33,7 @@ from . import device
 from . import plan as plans
 
 PLAN_CACHE = 1024   # plans per communicator (signatures a training loop repeats: a few)
+FAILED_PARENTS: list = []    # MPI communicators whose Dup or Split failed (free_mpi)
 _NO_SCRATCH = np.empty(0, np.uint8)
 
 
@@ -101,6 +102,7 @@ class CommState:
         self.cell_seq = 0
         self.gate = None               # the node-shared slots: one collective at a time
         self.data = None
+        self.failed_child = False
         if mpi_comm == MPI.COMM_NULL:
             self.mpi = None
             self.ok = False
@@ -123,10 +125,11 @@ class CommState:
                                             ctx.settings, ctx.shm_fence)
         except MPI.Exception as exc:
             # nothing half-made stays: what this state took, and the communicator it was
-            # handed (made for it by dup, split or wrap)
+            # handed (made for it by dup, split or wrap; kept where its Dup failed)
+            self.failed_child = self.data is None
             self.free_mpi()
             self.mpi = None
-            raise mpi_failure(f"communicator {name!r}", exc, len(ctx._comms)) from exc
+            raise mpi_failure(f"communicator {name!r}", exc, len(ctx._comms), MPI) from exc
         if self.shm:
             self.gate = Gate(f"node-shared slots of {name}")
         ub = ctx._ctl.Get_attr(MPI.TAG_UB) or 32767
@@ -410,7 +413,12 @@ class CommState:
         self.use_plans({})
         self.persist = {}
         for c in (self.data, self.mpi):
-            if c is not None:
+            if c is self.mpi and self.failed_child:
+                # MPI failed to make a communicator from it (out of contexts): Open MPI
+                # may still progress that failed agreement on it, and crashes where it
+                # was freed; it stays, for the life of the process
+                FAILED_PARENTS.append(c)
+            elif c is not None:
                 try:
                     c.Free()
                 except Exception:
