@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import hpccoll
 from hpccoll import CollectiveMismatch, ContextClosed
@@ -77,14 +78,19 @@ def test_a_quiet_communicator_is_compared_after_mismatch_ms():
             comm.barrier()
 
 
-def test_a_stalled_wait_probes():
+@pytest.mark.parametrize("longer", [300, 3000])
+def test_a_stalled_wait_probes(longer):
     """Counts that differ on hpccoll's own point-to-point algorithm: the transfers cannot
     line up, a wait stalls, a probe finds who differs, every rank raises (a rank whose
-    shorter message completed its own part raises on its next call there)."""
+    shorter message completed its own part raises on its next call there).  ``longer``:
+    rank 0's count, an eager message (1.2 KB) or one sent by rendezvous (12 KB)."""
+    if longer > 1000 and MPI.Get_library_version().startswith("Open MPI"):
+        pytest.skip("Open MPI 5 dies (SIGSEGV) when a message sent by rendezvous is "
+                    "truncated, with or without hpccoll")
     with hpccoll.init(timeout=60, mismatch_every=1000, mismatch_ms=50, mpi_coll_bytes=0,
                       cell_bytes=0, shm=False) as ctx:
         comm = ctx.world.dup()
-        n = 3000 if ctx.rank == 0 else 5
+        n = longer if ctx.rank == 0 else 5
         with pytest.raises(CollectiveMismatch) as info:
             comm.allreduce(np.ones(n, np.float32)).wait(timeout=30)
             deadline = time.monotonic() + 10
