@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import sys
+
+from . import launch
 
 # srun --mpi=pmi2 takes a PMI-1 request in one read of at most this many bytes and fails
 # the rest as a new, invalid request.  MPICH's own PMI-1 client cuts an address exchange
@@ -53,14 +53,10 @@ def own_pmi1_client(library: str) -> bool:
 
 
 def hydra_mpiexec() -> bool:
-    exe = shutil.which("mpiexec")
-    if not exe:
-        return False
     try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
+        return launch.flavor() == "hydra"
+    except RuntimeError:          # no mpiexec
         return False
-    return "HYDRA" in out.stdout
 
 
 HANGS = (f"this MPICH speaks PMI-1 through its own client, whose requests at MPI_Init of a "

@@ -42,6 +42,8 @@ if [ -z "$dry" ] && compgen -G ".whl/*.whl" >/dev/null; then
         LD_LIBRARY_PATH="/tmp/site/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 PY="$(command -v python3 || command -v python)"
+# the MPI's launcher with what it needs (hpccoll/launch.py; Open MPI: --oversubscribe)
+read -r -a MPIEXEC <<< "$("$PY" -m hpccoll.launch)"
 status=0
 failed=()
 
@@ -71,12 +73,12 @@ else
 fi
 step 3-kernel-bench 110 "$PY" scripts/gpu_kernel_bench.py --sizes 64M,1G $dry
 for n in 2 4; do
-    MPIEXEC_TIMEOUT=80 step "4-collectives-${n}ranks" 90 mpiexec -n "$n" "$PY" \
+    MPIEXEC_TIMEOUT=80 step "4-collectives-${n}ranks" 90 "${MPIEXEC[@]}" -n "$n" "$PY" \
         scripts/gpu_collectives_check.py $dry
 done
-MPIEXEC_TIMEOUT=40 step 5-staging-bench 50 mpiexec -n 2 "$PY" scripts/gpu_collectives_check.py \
+MPIEXEC_TIMEOUT=40 step 5-staging-bench 50 "${MPIEXEC[@]}" -n 2 "$PY" scripts/gpu_collectives_check.py \
     --staging-bench $dry
-MPIEXEC_TIMEOUT=20 step 6-ipc-probe 30 mpiexec -n 2 "$PY" scripts/gpu_collectives_check.py \
+MPIEXEC_TIMEOUT=20 step 6-ipc-probe 30 "${MPIEXEC[@]}" -n 2 "$PY" scripts/gpu_collectives_check.py \
     --ipc-probe $dry
 if [ "$status" -eq 0 ]; then
     echo "== device check: every step passed${dry:+ (dry run)}; logs in $OUT"

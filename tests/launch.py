@@ -3,29 +3,16 @@ always under a timeout."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-from functools import lru_cache
 
-
-@lru_cache(maxsize=1)
-def flavor() -> str:
-    exe = shutil.which("mpiexec")
-    if not exe:
-        raise RuntimeError("mpiexec not found: install the project with its 'mpich' extra "
-                           "(pip install -e .[test,mpich]) or load your site's MPI module")
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
-    if "HYDRA" in out:
-        return "hydra"
-    if "Open MPI" in out or "OpenRTE" in out:
-        return "openmpi"
-    return "other"
+import hpccoll.launch
 
 
 def mpiexec_args(n: int) -> list[str]:
-    extra = {"hydra": [], "openmpi": ["--oversubscribe"], "other": []}[flavor()]
-    return ["mpiexec", "-n", str(n), *extra]
+    """mpiexec with what this MPI needs (hpccoll/launch.py: one source for the tools,
+    the scripts and the tests)."""
+    return hpccoll.launch.command(n)
 
 
 def run(n: int, args: list[str], timeout: float, env: dict | None = None,

@@ -114,7 +114,8 @@ def parser(rank: int = 0) -> argparse.ArgumentParser:
                    help="where the buffers live (gpu: CuPy arrays on the rank's GPU)")
     h.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="status line of the running measurement on rank 0 (auto: when stdout is a "
-                        "terminal; mpiexec gives ranks a pipe, so say on there)")
+                        "terminal; MPICH's and Intel's mpiexec give ranks a pipe, Open MPI's a "
+                        "terminal of its own whatever mpirun's output is: say on there)")
     h.add_argument("--out", metavar="FILE.h5",
                    help="write (append) the results to this HDF5 file (missing directories "
                         "are created)")

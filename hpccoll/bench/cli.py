@@ -160,6 +160,13 @@ def _open_writer(args, mpi, settings, plan, gpu_model):
     return writer
 
 
+def _terminal(out) -> bool:
+    """Whether ``out`` is a person's terminal.  Open MPI's launcher gives every rank a
+    pseudo-terminal of its own, whatever its own output is (a pipe, a file): there a
+    rank cannot tell."""
+    return out.isatty() and "OMPI_COMM_WORLD_SIZE" not in os.environ
+
+
 def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
     """Print the table while measuring it, log every row; the exit status (same on all ranks)."""
     from .runner import Progress, Sweep, trace_rows
@@ -170,7 +177,7 @@ def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
     for text in _banner(args, plan, mpi, gpu_model) + header(baseline):
         say(text)
     progress = Progress(rank == 0 and (args.progress == "on" or
-                                       (args.progress == "auto" and out.isatty())))
+                                       (args.progress == "auto" and _terminal(out))))
     sweep = Sweep(plan, mpi, ctx and ctx.world, ctx, xp, sync, progress)
     table = writer.table(plan.coll) if writer else None
     traces = writer.table(plan.coll, kind="traces") if writer and args.trace else None
