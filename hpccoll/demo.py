@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 import hpccoll
+from .bench import floor
 from .transport.mpi import library_name
 from .timing import handoff_note, human_bytes, parse_bytes, time_interleaved
 
@@ -72,12 +73,26 @@ def _case(ctx, comm, mpi, coll: str, nbytes: int):
     return ours, theirs, check
 
 
+def floor_case(coll: str, nbytes: int, n: int):
+    """The floor.case of ``_case``'s collective: the same counts and roots."""
+    count = max(1, nbytes // 4)
+    per = max(1, count // n)
+    blocks = coll in ("allgather", "reduce_scatter", "alltoall")
+    return floor.case(coll, per if blocks else count, "float32", "sum",
+                      n - 1 if coll == "broadcast" else 0)
+
+
 def run(args) -> int:
     from mpi4py import MPI
     mpi = MPI.COMM_WORLD
     t_start = time.perf_counter()
     failures = 0
     rows = []
+    # the MPI's own from C first, in a job of its own while these ranks sleep
+    cases = {(c, b): floor_case(c, b, mpi.size) for c in args.colls
+             for b in ([0] if c == "barrier" else args.sizes)}
+    c_floor = (floor.in_job(mpi, list(cases.values()), iters=args.iters,
+                            warmup=max(2, args.iters // 10)) if args.floor else None)
     # no ``with``: an error may be this rank's alone, and close() would wait for ranks in a
     # collective with this one; main() aborts the job instead
     ctx = hpccoll.init(policy=args.policy, timeout=args.timeout)
@@ -91,7 +106,9 @@ def run(args) -> int:
             ok = bool(check())
             all_ok = mpi.allreduce(ok, op=MPI.LAND)
             failures += not all_ok
-            rows.append((coll, nbytes, np.median(t_ours), np.median(t_mpi), all_ok))
+            rows.append((coll, nbytes, np.median(t_ours), np.median(t_mpi),
+                         [c_floor.get(cases[coll, nbytes], level) * 1e-6 if c_floor
+                          else float("nan") for level in floor.LEVELS], all_ok))
     policy, handoff = ctx.policy, ctx.handoff_ns
     ctx.close()
     if mpi.rank == 0:
@@ -100,12 +117,16 @@ def run(args) -> int:
               f"host arrays (float32), {args.iters} iterations, medians of the slowest rank"
               + handoff_note(handoff))
         print(f"{'collective':<15}{'size':>10}{'hpccoll (us)':>14}{'MPI (us)':>11}{'ratio':>8}"
-              f"  check vs MPI")
-        for coll, nbytes, a, b, ok in rows:
+              f"{'C mt (us)':>11}{'C (us)':>9}  check vs MPI")
+        for coll, nbytes, a, b, (cm, cs), ok in rows:
             size = "-" if coll == "barrier" else human_bytes(nbytes)
             print(f"{coll:<15}{size:>10}{a * 1e6:>14.1f}{b * 1e6:>11.1f}{b / a:>8.2f}"
-                  f"  {'ok' if ok else 'WRONG'}")
-        print("ratio = MPI time / hpccoll time (> 1: hpccoll faster)")
+                  f"{cm * 1e6:>11.1f}{cs * 1e6:>9.1f}  {'ok' if ok else 'WRONG'}")
+        print("ratio = MPI time / hpccoll time (> 1: hpccoll faster); MPI: mpi4py's blocking "
+              "call; C mt, C: the same MPI collective called from C, after "
+              "MPI_Init_thread(MULTIPLE) as mpi4py and hpccoll initialize it, and after "
+              "MPI_Init: " + (f"{c_floor.source}" if c_floor and c_floor.source else
+                               f"not measured ({c_floor.note if c_floor else '--no-floor'})"))
         verdict = "all checks passed" if not failures else f"{failures} check(s) FAILED"
         print(f"{len(rows)} cases, {verdict}, {time.perf_counter() - t_start:.1f} s\n", flush=True)
     ok = True
@@ -132,6 +153,8 @@ def main(argv=None) -> int:
                    help="iterations of the 3d deadlock workload per policy (0: skip it)")
     p.add_argument("--chaos-timeout", type=float, default=3.0,
                    help="watchdog timeout of the deadlock workload (fifo ends after it)")
+    p.add_argument("--no-floor", dest="floor", action="store_false",
+                   help="do not time the MPI's own collectives from C (hpccoll.bench.floor)")
     args = p.parse_args(argv)
     args.sizes = [parse_bytes(s) for s in args.sizes.split(",") if s]
     args.colls = [c.strip() for c in args.colls.split(",") if c.strip()]

@@ -29,11 +29,15 @@ KIND = "tuning.calibration"
 BUFFERS = ("host", "registered")
 
 
-def default_path() -> str:
-    """Where ``calibration=auto`` looks and ``hpccoll-tune calibrate`` writes by default:
-    this user's cache directory (XDG_CACHE_HOME, else ~/.cache)."""
+def cache_dir() -> str:
+    """hpccoll's folder in this user's cache directory (XDG_CACHE_HOME, else ~/.cache)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "hpccoll", "calibration.h5")
+    return os.path.join(base, "hpccoll")
+
+
+def default_path() -> str:
+    """Where ``calibration=auto`` looks and ``hpccoll-tune calibrate`` writes by default."""
+    return os.path.join(cache_dir(), "calibration.h5")
 
 
 class Calibration:

@@ -26,6 +26,7 @@ unexpected error aborts every rank (MPI_Abort) so that none is left waiting.  Re
 files: docs/results.md.
 """
 AVERAGES = "0=rank 0, 1=mean, 2=min, 3=max over ranks"
+FLOOR_LINES = 100    # --floor auto: a longer sweep would take about as long again from C
 
 
 class UsageError(Exception):
@@ -121,6 +122,11 @@ def parser(rank: int = 0) -> argparse.ArgumentParser:
                         "are created)")
     h.add_argument("--trace", action="store_true",
                    help="also record hpccoll's engine trace of every collective into --out")
+    h.add_argument("--floor", choices=("auto", "on", "off"), default="auto",
+                   help="also time the MPI's own collective from C at every size, type, op and "
+                        "root, in a job of its own before the sweep (hpccoll.bench.floor: the "
+                        "MPI's mpicc, or IMB-MPI1); printed after the table (auto: where the "
+                        f"table has at most {FLOOR_LINES} lines)")
     return p
 
 

@@ -11,10 +11,10 @@ from typing import Optional
 import numpy as np
 
 from ..h5log import WriteFailed
-from . import cases
-from .args import AVERAGES, UsageError, parse
+from . import cases, floor
+from .args import AVERAGES, FLOOR_LINES, UsageError, parse
 from .load import SPREAD_BOUND, Probe, assess
-from .table import footer, header, line, spread_block
+from .table import float_str, footer, header, line, spread_block
 
 
 # -- devices --------------------------------------------------------------------------------
@@ -80,6 +80,8 @@ def run(args, mpi) -> int:
     elif args.roots and args.roots[0] >= size:
         raise UsageError(f"argument -r/--root: expected a rank in [0, {size}), got {args.roots[0]}")
     xp, sync, gpu_model = _setup_device(args.device, mpi)
+    # the MPI's own from C first, in a job of its own while these ranks sleep
+    c_floor = _floor(args, mpi, size) if args.device == "cpu" else None
     ctx = None
     if "hpccoll" in args.libraries:
         import hpccoll
@@ -93,7 +95,7 @@ def run(args, mpi) -> int:
                     args.check, args.average, args.libraries, settings.policy)
         writer = _open_writer(args, mpi, settings, plan, gpu_model)
         try:
-            code = _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer)
+            code = _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer, c_floor)
         except BaseException as exc:
             if writer is not None and writer.failure is None:
                 status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
@@ -167,7 +169,52 @@ def _terminal(out) -> bool:
     return out.isatty() and "OMPI_COMM_WORLD_SIZE" not in os.environ
 
 
-def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
+def _floor_case(coll: str, type_name: str, op, root: int, shape):
+    """The floor.case of one table line: the contract's names and counts."""
+    return floor.case("reduce_scatter" if coll == "reducescatter" else coll, shape.count,
+                      cases.TYPES[type_name], op, max(root, 0))
+
+
+def _floor(args, mpi, nranks: int):
+    """Every line's floor.case timed from C (floor.in_job: collective); None for --floor
+    off, or auto past FLOOR_LINES lines."""
+    sizes = cases.sizes(args.minbytes, args.maxbytes, args.stepbytes, args.stepfactor)
+    lines = len(sizes) * len(args.types) * len(args.ops) * len(args.roots or [-1])
+    if args.floor == "off" or args.floor == "auto" and lines > FLOOR_LINES:
+        return None
+    want = [_floor_case(args.coll, t, o, r, cases.shape(args.coll, n, np.dtype(
+                cases.TYPES[t]).itemsize, nranks))
+            for n in sizes for t in args.types for o in args.ops for r in (args.roots or [-1])
+            if cases.TYPES[t] in floor.DTYPES]
+    return floor.in_job(mpi, want, iters=args.iters, warmup=args.warmup_iters)
+
+
+def _floor_block(c_floor, lines: list, main_lib: str) -> list:
+    """The C floor after the table, as '#' comments (nccl-tests readers skip them), and
+    its rows for the result file."""
+    if c_floor is None:
+        return [], []
+    if not c_floor.source:
+        return ["#", f"# The MPI's own from C: not measured ({c_floor.note})"], []
+    texts = ["#", f"# The MPI's own collective called from C ({c_floor.source}; the same MPI, "
+                  f"ranks and sizes): the floor under Python; C mt after MPI_Init_thread("
+                  f"MULTIPLE), as mpi4py and hpccoll initialize MPI, C after MPI_Init; the "
+                  f"ratio of medians, out of place",
+             "# %10s  %8s  %6s  %6s  %9s  %8s  %10s" % (
+                 "size", "type", "redop", "root", "C mt (us)", "C (us)", f"{main_lib}/C mt")]
+    rows = []
+    for nbytes, type_name, op, root, case, time_us in lines:
+        t, single = c_floor.get(case), c_floor.get(case, "single")
+        texts.append("#%11d  %8s  %6s  %6d  %9s  %8s  %10s" % (
+            nbytes, type_name, op, root, float_str(t, 9), float_str(single, 8),
+            float_str(time_us / t, 10)))
+        rows.append({"size": nbytes, "type": type_name, "redop": op, "root": root,
+                     "time_us": t, "single_us": c_floor.get(case, "single"),
+                     "source": c_floor.source})
+    return texts, rows
+
+
+def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer, c_floor=None) -> int:
     """Print the table while measuring it, log every row; the exit status (same on all ranks)."""
     from .runner import Progress, Sweep, trace_rows
     rank = mpi.Get_rank()
@@ -181,7 +228,7 @@ def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
     sweep = Sweep(plan, mpi, ctx and ctx.world, ctx, xp, sync, progress)
     table = writer.table(plan.coll) if writer else None
     traces = writer.table(plan.coll, kind="traces") if writer and args.trace else None
-    busbw, base_busbw, ratios, chosen, spreads = [], [], [], {}, []
+    busbw, base_busbw, ratios, chosen, spreads, floors = [], [], [], {}, [], []
     wrong = {lib: 0 for lib in plan.libraries}
     L = len(plan.libraries)
     probe = Probe(mpi)
@@ -206,6 +253,9 @@ def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
                 ratios.append(ratio)
         say(line(ln.shape.nbytes, ln.shape.count, ln.type_name, ln.op or "none", ln.root,
                  cols, extra))
+        floors.append((ln.shape.nbytes, ln.type_name, ln.op or "none", ln.root,
+                       _floor_case(plan.coll, ln.type_name, ln.op, ln.root, ln.shape),
+                       ln.rows[0]["median_us"]))
         picked = "/".join(dict.fromkeys(a for a in ln.algos if a))
         if picked:
             chosen.setdefault(ln.shape.nbytes, picked)
@@ -227,6 +277,16 @@ def _sweep(args, plan, mpi, ctx, xp, sync, gpu_model, writer) -> int:
     progress.clear()
     if rank == 0:
         _spread_and_load(say, plan, spreads, hosts, writer)
+        texts, rows = _floor_block(c_floor, floors, plan.libraries[0])
+        for text in texts:
+            say(text)
+        if writer is not None and writer.failure is None and c_floor is not None:
+            try:
+                writer.set_attrs(floor_source=c_floor.source, floor_note=c_floor.note)
+                if rows:
+                    writer.table("floor").append(rows)
+            except WriteFailed as exc:
+                print(f"hpccoll-bench: error: {exc}", file=sys.stderr, flush=True)
     main_lib = plan.libraries[0]
     avg = float(np.mean(busbw)) if busbw else 0.0
     geo = float(math.exp(np.mean(np.log(ratios)))) if ratios else 0.0

@@ -86,7 +86,9 @@ def load(paths: list, loaded: Optional[list] = None) -> list[Series]:
             nruns += 1
             label = stem if len(runs) == 1 else f"{stem}/{run.name}"
             by_lib: dict = {}
-            for rows in run.tables.values():
+            for name, rows in run.tables.items():
+                if name == "floor":       # the MPI's own from C (hpccoll-bench --floor)
+                    continue
                 for r in rows:
                     key = (r["library"], r.get("policy", ""))
                     if key not in by_lib:

@@ -244,9 +244,24 @@ def test_every_column_and_attribute_is_documented(compare_run):
     _, out = compare_run
     doc = (Path(__file__).parents[2] / "docs" / "results.md").read_text()
     (run,) = h5log.read(out)
-    names = set(run.attrs) | set(run.tables["allreduce"][0]) | set(run.traces["allreduce"][0])
+    names = (set(run.attrs) | set(run.tables["allreduce"][0]) | set(run.traces["allreduce"][0])
+             | set(run.tables["floor"][0]))
     missing = sorted(n for n in names if f"`{n}`" not in doc)
     assert not missing, f"docs/results.md does not describe {missing}"
+
+
+def test_the_mpis_own_from_c_stands_beside_the_table(compare_run):
+    """--floor (auto: on for 5 lines): every line's collective timed from C through the
+    same MPI at both thread levels, printed after the table and kept in the file."""
+    text, out = compare_run
+    (run,) = h5log.read(out)
+    floor = run.tables["floor"]
+    assert [r["size"] for r in floor] == [1024 * 4 ** k for k in range(5)]
+    assert all(r["time_us"] > 0 and r["single_us"] > 0 for r in floor), floor
+    assert run.attrs["floor_source"] in ("C (mpicc)", "IMB-MPI1") and not run.attrs["floor_note"]
+    block = text[text.index("# The MPI's own collective called from C"):].splitlines()
+    assert len([ln for ln in block[2:] if ln.startswith("#") and ln[1:].split()
+                and ln[1:].split()[0].isdigit()]) == 5, text
 
 
 def test_missing_directories_of_out_are_created_and_a_file_in_the_way_is_named(tmp_path):

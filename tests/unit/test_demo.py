@@ -11,9 +11,16 @@ SHORT = ["--sizes", "8,4K", "--iters", "2", "--colls", "allreduce,broadcast",
 
 
 def test_short_run_passes_its_checks():
+    """... and prints the MPI's own time from C beside every row, at both thread levels."""
     proc = launch.run(2, ["-m", "hpccoll.demo", *SHORT], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "4 cases, all checks passed" in proc.stdout
+    rows = [ln.split() for ln in proc.stdout.splitlines()
+            if ln.startswith(("allreduce", "broadcast"))]
+    assert len(rows) == 4, proc.stdout
+    for row in rows:          # collective, size (2 fields), hpccoll, MPI, ratio, C mt, C, ok
+        assert float(row[6]) > 0 and float(row[7]) > 0, row
+    assert "C (mpicc)" in proc.stdout or "IMB-MPI1" in proc.stdout
 
 
 def test_a_rank_failing_alone_aborts_the_job_at_once():
