@@ -107,7 +107,7 @@ def build(timeout: float = 120.0) -> tuple:
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"mpicc failed: {exc}"
     if out.returncode != 0:
-        return None, f"mpicc failed: {(out.stderr or out.stdout).strip()[-300:]}"
+        return None, f"mpicc failed: {' '.join((out.stderr or out.stdout).split())[-300:]}"
     os.replace(tmp, exe)        # (atomic: ranks of two jobs may build at once)
     return str(exe), ""
 
@@ -118,9 +118,9 @@ def _run(cmd: list, exe: str, timeout: float) -> tuple:
                              env=_prefix_env(exe), preexec_fn=_unpinned)
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"{Path(exe).name} failed: {exc}"
-    if out.returncode != 0:
+    if out.returncode != 0:     # (one line: it lands in '#' comments of a table)
         return None, (f"{Path(exe).name} exited {out.returncode}: "
-                      f"{(out.stderr or out.stdout).strip()[-300:]}")
+                      f"{' '.join((out.stderr or out.stdout).split())[-300:]}")
     return out.stdout, ""
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import hpccoll.launch
 from hpccoll import h5log
 from hpccoll.bench import cases
 from hpccoll.bench.table import float_str
@@ -225,7 +226,7 @@ def test_two_jobs_appending_to_one_file_both_land(tmp_path):
     try:
         head = read_rows(first, 1)             # its run is open
         second = bench(2, "allgather", "-b", "8", "-e", "1K", "-f", "4", "-n", "1", "-w", "0",
-                       "--out", out)
+                       "--floor", "off", "--out", out)
         assert first.poll() is None, "the jobs must overlap for this test to show anything"
         rest, err = first.communicate(timeout=150)
     finally:
@@ -286,9 +287,11 @@ RESET_SIGXFSZ = ("import signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_D
 
 def bench_limited(limit_kib: int, *args, sigxfsz_default=False, timeout=150):
     """hpccoll-bench at 2 ranks, every process under ``ulimit -f limit_kib``; with
-    ``sigxfsz_default`` the ranks restore SIGXFSZ's default action (killing them)."""
+    ``sigxfsz_default`` the ranks restore SIGXFSZ's default action (killing them).  No
+    floor: its MPI job would meet the limit too (Open MPI's shared memory files)."""
     entry = ["-c", RESET_SIGXFSZ] if sigxfsz_default else ["-m", "hpccoll.bench"]
-    return launch.run(2, [*entry, *map(str, args)], timeout, file_limit=limit_kib * 1024)
+    return launch.run(2, [*entry, *map(str, args), "--floor", "off"], timeout,
+                      file_limit=limit_kib * 1024)
 
 
 def earlier_runs(out, pad_bytes: int) -> bytes:
@@ -317,13 +320,17 @@ def test_a_traced_run_past_the_file_size_limit(tmp_path):
     """The run's own file passes ulimit -f mid-run (--trace, many iterations): the
     benchmark says so at once, measures on (the whole table is printed), exits 1 on every
     rank without a signal, and the old file is intact; nothing is left beside it.  The
-    ranks run with SIGXFSZ's default action, which would kill the writer with a core."""
+    ranks run with SIGXFSZ's default action, which would kill the writer with a core.
+    (Open MPI sizes a file of 12-16 MiB for shared memory at MPI_Init: a limit below that
+    kills it there, so the limit and the run are larger there.)"""
     out = tmp_path / "r.h5"
     before = earlier_runs(out, 64 << 10)
-    proc = bench_limited(5120, "allreduce", "-b", "8", "-e", "64K", "-f", "2", "-n", "1000",
-                         "-w", "0", "--out", out, "--trace", sigxfsz_default=True)
+    mib = 24 if hpccoll.launch.flavor() == "openmpi" else 5
+    proc = bench_limited(mib << 10, "allreduce", "-b", "8", "-e", "64K", "-f", "2", "-n",
+                         200 * mib, "-w", "0", "--out", out, "--trace", sigxfsz_default=True)
     no_signal(proc)
-    assert "reached this process's file-size limit of 5 MiB (ulimit -f 5120)" in proc.stderr
+    assert (f"reached this process's file-size limit of {mib} MiB (ulimit -f {mib << 10})"
+            in proc.stderr)
     assert f"{out} is unchanged and the run 'allreduce' was not saved; the measurement goes " \
            "on" in proc.stderr
     assert proc.stderr.count("hpccoll-bench: error:") == 1, proc.stderr
