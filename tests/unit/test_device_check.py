@@ -52,7 +52,8 @@ def test_a_failing_step_fails_the_check_and_is_named(tmp_path):
     stub = bin_dir / "mpiexec"
     stub.write_text("#!/bin/sh\necho 'stub mpiexec: no MPI job' >&2\nexit 3\n")
     stub.chmod(0o755)
-    proc, out = run(tmp_path, {"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    proc, out = run(tmp_path, {"PATH": f"{bin_dir}:{os.environ['PATH']}",
+                               "HPCCOLL_MPIEXEC": str(stub)})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "device check: FAILED: 4-collectives-2ranks (exit 3) 4-collectives-4ranks " \
            "(exit 3) 5-staging-bench (exit 3) 6-ipc-probe (exit 3)" in proc.stdout, proc.stdout
