@@ -14,8 +14,8 @@ each launcher gets, by what ``mpiexec --version`` says it is:
 - MPICH's hydra and Intel MPI: nothing.
 
 A job started from inside another (hpccoll-bench timing the MPI from C while its own
-ranks wait) gets an environment without the enclosing job's launcher variables
-(``nested_environment``)."""
+ranks wait) gets an environment without the enclosing job's launcher and batch-system
+variables (``nested_environment``): its ranks start on this node."""
 from __future__ import annotations
 
 import os
@@ -33,6 +33,9 @@ FLAVORS = (("Open MPI", "openmpi"), ("OpenRTE", "openmpi"), ("HYDRA", "hydra"),
 # inherit its placement: those the launchers set in every rank (PMI, PMIx, PRRTE, hydra,
 # Open MPI's and Intel MPI's own); the user's settings (OMPI_MCA_*, I_MPI_*) stay
 NESTED = ("PMI_", "PMIX_", "PRTE_", "HYDRA_", "HYDI_", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+          # a batch system's job: the nested launcher would ask it for resources the job
+          # holds already, and wait; without them it starts its ranks here, by fork
+          "SLURM_", "PBS_", "LSB_", "FLUX_",
           "OMPI_COMM_WORLD_", "OMPI_WORLD_", "OMPI_UNIVERSE_SIZE", "OMPI_NUM_APP_CTX",
           "OMPI_FILE_LOCATION", "OMPI_ARGV", "OMPI_COMMAND", "OMPI_MCA_PREFIXES",
           "OMPI_MCA_initial_wdir", "OMPI_MCA_num_procs", "OMPI_MCA_cpu_type",

@@ -16,9 +16,10 @@ gets (some MPIs lock in every call at ``multiple``: floor.c says how much).
 
 Either runs as a job of its own with the same number of ranks, started by rank 0 of the
 job that asks (``in_job``) while its other ranks wait without spinning, so that nothing
-of Python runs beside it.  A case is ``(collective, count, dtype, op, root)`` with the
-public contract's count (elements of allreduce, reduce and broadcast; one rank's block of
-allgather, reduce_scatter, alltoall, gather and scatter)."""
+of Python runs beside it; on one node only (a job across nodes gets a note instead).  A
+case is ``(collective, count, dtype, op, root)`` with the public contract's count
+(elements of allreduce, reduce and broadcast; one rank's block of allgather,
+reduce_scatter, alltoall, gather and scatter)."""
 from __future__ import annotations
 
 import hashlib
@@ -212,8 +213,15 @@ def in_job(mpi_comm, cases, iters: int = 200, warmup: int = 20,
     """``measure`` from inside an MPI job (collective over the mpi4py communicator
     ``mpi_comm``): rank 0 starts the floor job with as many ranks, the others sleep on a
     nonblocking barrier meanwhile; every rank gets the same Floor."""
+    from mpi4py import MPI
+    node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
+    nodes = mpi_comm.allreduce(1 if node.Get_rank() == 0 else 0)
+    node.Free()
     result = None
-    if mpi_comm.Get_rank() == 0:
+    if nodes > 1:
+        # (its ranks would all start on rank 0's node: not the placement measured)
+        result = Floor(note=f"the job spans {nodes} nodes; the floor is timed on one")
+    elif mpi_comm.Get_rank() == 0:
         try:
             result = measure(mpi_comm.Get_size(), cases, iters, warmup, timeout)
         except Exception as exc:      # (a floor that cannot be measured is a note, not a failure)
