@@ -152,13 +152,14 @@ HIER = (_row(["hier"], from_="shm_min_bytes"),)
 # ranks: 1 MiB 104 against 142-148 us, 16 MiB 1,389 against 1,640-2,232); against shared
 # memory run in C only above GATHER_C_BYTES; on registered buffers up to 1 MiB; from
 # GATHER_SHM_BYTES registered shared memory moves less (2 ranks 16 MiB: 1,121 against
-# 1,400 us; 4 ranks 3,120 against 5,192).  Shared memory run in C beat MPI's own up to
-# 512 KiB (the whole output; 2 ranks, against MPI's blocking call: 16 KiB 0.82-0.88x,
-# 64 KiB 0.83-0.87x, 256 KiB 0.95-0.96x, against 0.62-0.68x, 0.66-0.68x and 0.84-0.85x
-# through MPI's own; 4 ranks 0.85x / 1.07x / 1.20x against 0.56x / 0.66x / 0.63x), not at
-# 1-2 MiB (1 MiB 394-397 against 259-271 us in two jobs of three).
+# 1,400 us; 4 ranks 3,120 against 5,192).  Shared memory run in C beats MPI's own up to
+# 2 MiB (the whole output), since its copies into slots stream (2 ranks, median us,
+# scripts/bench_candidates.py: 1 MiB 49 against 74 on the MPICH wheel, 61 against 99 on
+# Open MPI, 59 against 94 on Intel MPI where a cache-line handoff took 60 ns; 78-134
+# against 120-177 in six MPICH jobs at 230-300 ns; 2 MiB 180-309 against 220-355), not
+# at 4 MiB (938-1,207 against 460-791).
 GATHER_SHM_BYTES = 2 << 20
-GATHER_C_BYTES = 512 << 10
+GATHER_C_BYTES = 2 << 20
 GATHER = (_row(["mpi"], ["reg_flat", "c_shm"]),
           _row(["mpi", "reg_flat"], ["c_shm"], below=GATHER_SHM_BYTES),
           _row(["mpi", "c_shm"], ["reg_flat"], upto="shm_c_bytes"),

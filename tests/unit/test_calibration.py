@@ -155,9 +155,9 @@ def test_the_built_in_table_follows_the_measurements():
     assert algorithms.select("allgather", _choice(1 << 20, "", registered=True)) == "mpi"
     assert algorithms.select("allgather", _choice(4 << 20, "", registered=True)) == "shm"
     assert algorithms.select("allgather", _choice(4 << 20, "", native=False)) == "shm"
-    # where shared memory runs in C: above shm_c_bytes up to 512 KiB, MPI's own above
+    # where shared memory runs in C: above shm_c_bytes up to 2 MiB, MPI's own above
     for nbytes, algo in ((8 << 10, "mpi"), (64 << 10, "shm"), (512 << 10, "shm"),
-                         ((512 << 10) + 1, "mpi"), (8 << 20, "mpi")):
+                         (2 << 20, "shm"), ((2 << 20) + 1, "mpi"), (8 << 20, "mpi")):
         assert algorithms.select("allgather", _choice(nbytes, "", c_bytes=8 << 10)) == algo
 
 

@@ -63,10 +63,11 @@ def test_floor_handoff_reports_the_handoff_the_staged_copy_and_every_row():
 def test_bench_candidates_checks_every_row():
     proc = launch.run(2, [str(SCRIPTS / "bench_candidates.py"), "--iters", "1", "--sizes",
                           "1K,256K", "--collectives",
-                          "allreduce,allgather,alltoall,reduce_scatter,broadcast"], timeout=240)
+                          "allreduce,allgather,alltoall,reduce_scatter,broadcast,reduce"],
+                      timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line for line in proc.stdout.splitlines() if not line.startswith("#")]
-    assert len(rows) == 10, proc.stdout
+    assert len(rows) == 12, proc.stdout
     assert all(line.endswith(" ok") for line in rows), proc.stdout
     assert "cma(cma)" in proc.stdout and "shm(shm)" in proc.stdout
 
