@@ -143,9 +143,18 @@ BCAST = (_row(["mpi"], ["c_shm"]), _row(["mpi", "c_shm"], upto="shm_c_bytes"),
 # 64 KiB 0.81-0.94x, against 0.45-0.49x, 0.47-0.53x and 0.64-0.79x through MPI's own; 4
 # ranks 1.12-1.23x at 32-64 KiB against 0.49-0.57x).  From 128 KiB at 2 ranks MPICH's own
 # turns faster (7.0 us against 15.5 through shared memory).
+# At 2 ranks, since copies into slots stream, shared memory in C is ahead of single copy
+# up to 2 MiB on every MPI (scripts/bench_candidates.py, medians in us, two jobs each:
+# 1 MiB MPICH 50-86 against 64-91, Open MPI 60-69 against 80-85, Intel MPI 53-69
+# against 85-119; 2 MiB 132-146 against 141-174, 123-146 against 158-172, 114-160
+# against 182-240); not at 4 MiB (1,161-1,333 against 208-215).
 EXCHANGE_C_BYTES = 64 << 10
-C_EXCHANGE = (_row(["c_shm"], upto=EXCHANGE_C_BYTES),)
-EXCHANGE = (_row(["mpi"], ["c_shm"]), _row(["mpi", "c_shm"], above=EXCHANGE_C_BYTES))
+EXCHANGE_C2_BYTES = 2 << 20
+C_EXCHANGE = (_row(["c_shm"], upto=EXCHANGE_C_BYTES),
+              _row(["c_shm", "two_ranks"], upto=EXCHANGE_C2_BYTES))
+EXCHANGE = (_row(["mpi"], ["c_shm"]), _row(["mpi", "c_shm"], ["two_ranks"],
+                                            above=EXCHANGE_C_BYTES),
+            _row(["mpi", "c_shm", "two_ranks"], above=EXCHANGE_C2_BYTES))
 HIER = (_row(["hier"], from_="shm_min_bytes"),)
 # allgather: MPI's own copies each block once, as shared memory does, with less Python per
 # call: against shared memory run in Python it wins at every size on ordinary buffers (2
@@ -170,7 +179,9 @@ GATHER = (_row(["mpi"], ["reg_flat", "c_shm"]),
 # keeps a collective.  alltoall, against MPI's own run for hpccoll (2 ranks, seven jobs:
 # 1 MiB 136-157 against 137-206 us, 16 MiB 2.7-5.2 against 3.2-6.3 ms; 4 ranks: 1 MiB 671
 # against 751 us, 16 MiB 7.8 against 10.0 ms; staged shared memory copies twice).
-CMA_EXCHANGE = (_row(["cma"], ["registered"], above=EXCHANGE_C_BYTES),)
+CMA_EXCHANGE = (_row(["cma"], ["registered", "c_shm"], above=EXCHANGE_C_BYTES),
+                _row(["cma", "c_shm"], ["registered", "two_ranks"], above=EXCHANGE_C_BYTES),
+                _row(["cma", "c_shm", "two_ranks"], ["registered"], above=EXCHANGE_C2_BYTES))
 # allreduce at 2 ranks above 4 MiB: each rank reads the peer's half, reduces it with its
 # own, reads the peer's reduced half: 16 MiB 4.8-6.5 ms in every job, staged 4.2-5.0 in
 # three and 7.6-8.4 in six by the VM's phase, MPI's blocking call 9.7-12.5; 4 MiB even; at

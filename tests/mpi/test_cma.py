@@ -50,11 +50,14 @@ def test_every_rank_agrees_it_may_read_its_peers(cctx, mpi_world):
 
 
 def test_the_table_picks_single_copy_where_it_was_measured_ahead(cctx, mpi_world):
-    """alltoall above 64 KiB; allreduce above 4 MiB at 2 ranks; the others only where a
-    calibration picks it (algorithms/__init__.py)."""
+    """alltoall above 64 KiB (above 2 MiB at 2 ranks, where shared memory runs in C);
+    allreduce above 4 MiB at 2 ranks; the others only where a calibration picks it
+    (algorithms/__init__.py)."""
     w = cctx.world
     n = w.size
-    x = ints(n * (1 << 18), w.rank)                     # 1 MiB and more
+    # 1 MiB and more; at 2 ranks past where shared memory takes it
+    per = (1 << 18) if n > 2 else algorithms.EXCHANGE_C2_BYTES // 4 // n + 1
+    x = ints(n * per, w.rank)
     w.alltoall(x).wait(timeout=30)
     w.alltoall(x[:n * 4]).wait(timeout=30)               # small: staged
     w.allgather(x[:1 << 18]).wait(timeout=30)
