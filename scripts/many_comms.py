@@ -36,14 +36,21 @@ from hpccoll.timing import human_bytes, parse_bytes  # noqa: E402
 from _procmem import rss, shm_mapped, shm_used  # noqa: E402  (scripts/, beside this file)
 
 
-def free_contexts(MPI, most: int = 4096) -> int:
-    """How many more communicators MPI makes on this rank (COMM_SELF duplicates: local)."""
+def take_contexts(MPI, most: int) -> list:
+    """COMM_SELF duplicates (local: no other rank takes part) until MPI makes no more or
+    ``most`` are made."""
     made = []
     try:
         while len(made) < most:
             made.append(MPI.COMM_SELF.Dup())
     except MPI.Exception:
         pass
+    return made
+
+
+def free_contexts(MPI, most: int = 4096) -> int:
+    """How many more communicators MPI makes on this rank."""
+    made = take_contexts(MPI, most)
     for c in made:
         c.Free()
     return len(made)
@@ -52,12 +59,7 @@ def free_contexts(MPI, most: int = 4096) -> int:
 def hold_contexts(MPI, keep: int, most: int = 1 << 17) -> list:
     """COMM_SELF duplicates holding all of this rank's free communicator contexts but
     ``keep`` (every rank takes them in the same order, so the same ones stay free)."""
-    made = []
-    try:
-        while len(made) < most:
-            made.append(MPI.COMM_SELF.Dup())
-    except MPI.Exception:
-        pass
+    made = take_contexts(MPI, most)
     held = max(0, len(made) - keep)
     for c in made[held:]:
         c.Free()
