@@ -135,9 +135,17 @@ NATIVE = (_row(["mpi"]),)
 # 50-61; MPI's blocking call 15-33).  From 256 KiB it depends on the VM's phase (1 MiB
 # 110-114 against 152-161 us in some jobs, 338-381 in others, where MPICH's single-copy
 # transfer is not hurt by lines moving between the cores): MPI's own keeps those.
+# At 2 ranks, since copies into slots stream, shared memory in C is ahead of cells by
+# reference up to 1 MiB, where cache lines hand off fast, and even where they do not
+# (scripts/bench_candidates.py, medians in us: 512 KiB MPICH 45 against 61, Open MPI
+# 32-36 against 59-62, Intel MPI 35-39 against 51-70; 1 MiB 59 against 92, 50-55
+# against 109-113, 55-63 against 91-120; at 230-280 ns 512 KiB 48-71 against 46-61,
+# 1 MiB 74-104 against 87-110); at 2 MiB MPI's own is (75-135 against 109-144).
 BCAST_C_BYTES = 128 << 10
+BCAST_C2_BYTES = 1 << 20
 BCAST = (_row(["mpi"], ["c_shm"]), _row(["mpi", "c_shm"], upto="shm_c_bytes"),
-         _row(["mpi", "c_shm"], above=BCAST_C_BYTES))
+         _row(["mpi", "c_shm"], ["two_ranks"], above=BCAST_C_BYTES),
+         _row(["mpi", "c_shm", "two_ranks"], above=BCAST_C2_BYTES))
 # alltoall: shared memory run in C beats MPI's own at every size up to 64 KiB (the whole
 # output; 2 ranks, against MPI's blocking call: 16 KiB 0.93-0.98x, 32 KiB 0.91-0.93x,
 # 64 KiB 0.81-0.94x, against 0.45-0.49x, 0.47-0.53x and 0.64-0.79x through MPI's own; 4
@@ -255,7 +263,10 @@ REF_BCAST_BYTES = 1 << 20
 REF_SCATTER_BYTES = 64 << 10    # (above, beyond 2 ranks)
 GATHER_CELLS = CELLS + (_row(["cells", "cma"], ["two_ranks"], above="cell_bytes",
                              upto=REF_GATHER_BYTES),)
-BCAST_CELLS = CELLS + (_row(["cells", "cma"], above=BCAST_C_BYTES, upto=REF_BCAST_BYTES),)
+BCAST_CELLS = CELLS + (_row(["cells", "cma"], ["c_shm"], above=BCAST_C_BYTES,
+                             upto=REF_BCAST_BYTES),
+                        _row(["cells", "cma", "c_shm"], ["two_ranks"], above=BCAST_C_BYTES,
+                             upto=REF_BCAST_BYTES))
 SCATTER_CELLS = CELLS + (_row(["cells", "cma"], ["two_ranks"], above=REF_SCATTER_BYTES),)
 # allgather, broadcast, reduce_scatter through single copy were nowhere ahead of the
 # built-in choice in every job (2 ranks: allgather 1 MiB 290-346 against 207-232 us

@@ -12,7 +12,7 @@ import pytest
 from mpi4py import MPI
 
 import hpccoll
-from hpccoll.algorithms import Choice, message_bytes, select
+from hpccoll.algorithms import C_SHM_COLLECTIVES, Choice, message_bytes, select
 from hpccoll.engine import code
 
 pytestmark = pytest.mark.mpi
@@ -245,13 +245,15 @@ def table_picks_cells(ctx, coll, count, itemsize):
     """Whether the table picks cells for ``coll`` of ``count`` elements a block here (by
     reference where it is larger than a cell)."""
     n = ctx.world.size
+    in_c = ctx.c_programs and coll in C_SHM_COLLECTIVES     # (core/plan.py: c_bytes)
     choice = Choice(message_bytes(coll, count, n, itemsize), shm="flat", cma=True,
-                    ranks=n, cell_bytes=ctx.settings.cell_bytes)
+                    ranks=n, cell_bytes=ctx.settings.cell_bytes,
+                    shm_c_bytes=ctx.settings.shm_c_bytes if in_c else 0)
     return select(coll, choice) == "cells"   # (cells lead every collective's candidates)
 
 
 def ref_bcast_count(itemsize):
-    """A broadcast by reference (above BCAST_C_BYTES)."""
+    """A broadcast by reference beyond 2 ranks (above BCAST_C_BYTES; at 2 ranks staged)."""
     return (160 << 10) // itemsize + 1
 
 
@@ -298,8 +300,9 @@ def test_by_reference_broadcast_gather_scatter_exact(cctx, mpi_world, dtype):
         want = {(coll, "cells") for coll in ("broadcast", "gather", "scatter")
                 if any(table_picks_cells(cctx, coll, count, itemsize)
                        for count in ref_counts(cctx, itemsize))}
-        # (at 2 ranks a large scatter is single copy instead: algorithms/__init__.py)
-        assert ("broadcast", "cells") in want, want
+        # (at 2 ranks a large broadcast is staged, a large scatter single copy instead:
+        # algorithms/__init__.py)
+        assert (("broadcast", "cells") in want) == (n > 2), want
         assert (("scatter", "cells") in want) == (n > 2), want
         assert want <= used, used
 
@@ -336,7 +339,8 @@ def test_by_reference_in_opposite_orders_on_three_communicators(cctx):
                 buf[:] = -1          # the caller may reuse it now
         if by_reference(cctx):
             used = algos(cctx)      # (once: it clears the trace)
-            assert {a for c, a in used if c == "broadcast"} == {"cells"}
+            assert ({a for c, a in used if c == "broadcast"} == {"cells"}) == \
+                table_picks_cells(cctx, "broadcast", bcount, 8)
             assert ({a for c, a in used if c == "gather"} == {"cells"}) == \
                 table_picks_cells(cctx, "gather", gcount, 8)
     finally:
@@ -346,7 +350,8 @@ def test_by_reference_in_opposite_orders_on_three_communicators(cctx):
 
 @pytest.mark.mpi(min_size=2)
 def test_by_reference_a_rank_late_by_100_ms(cctx):
-    """A broadcast's root returns only once the late reader has read its buffer."""
+    """A broadcast's root returns only once the late reader has read its buffer (where the
+    table has it by reference: beyond 2 ranks)."""
     w = cctx.world
     n, r = w.size, w.rank
     late = n - 1
@@ -363,8 +368,9 @@ def test_by_reference_a_rank_late_by_100_ms(cctx):
         np.testing.assert_array_equal(got, np.repeat(np.arange(n), count))
     if by_reference(cctx):
         used = algos(cctx)          # (once: it clears the trace)
-        assert {a for c, a in used if c == "broadcast"} == {"cells"}
+        bcast = table_picks_cells(cctx, "broadcast", ref_bcast_count(4), 4)
+        assert ({a for c, a in used if c == "broadcast"} == {"cells"}) == bcast
         assert ({a for c, a in used if c == "gather"} == {"cells"}) == \
             table_picks_cells(cctx, "gather", count, 4)
-        if r == 0:
+        if r == 0 and bcast:
             assert waited >= 0.05    # the root waited for the late reader (no other did)
