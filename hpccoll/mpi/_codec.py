@@ -32,6 +32,7 @@ out-of-band buffers are views of the receive buffer of their round.
 from __future__ import annotations
 
 import struct
+import zlib
 
 import numpy as np
 
@@ -78,10 +79,38 @@ _S_BYTES = _struct(f"<3q{INLINE_BYTES}s")
 _DOUBLE = _struct("<d")
 
 
-def meta(method: int, root: int) -> int:
+_OP_SHIFT = 40                # word 1: method (8 bits), root (32), op (22)
+_OPS = ((MPI.SUM, "SUM"), (MPI.PROD, "PROD"), (MPI.MAX, "MAX"), (MPI.MIN, "MIN"),
+        (MPI.LAND, "LAND"), (MPI.BAND, "BAND"), (MPI.LOR, "LOR"), (MPI.BOR, "BOR"),
+        (MPI.LXOR, "LXOR"), (MPI.BXOR, "BXOR"), (MPI.MAXLOC, "MAXLOC"),
+        (MPI.MINLOC, "MINLOC"), (MPI.REPLACE, "REPLACE"), (MPI.NO_OP, "NO_OP"))
+_USER_OP = 1 << 16
+
+
+def meta(method: int, root: int, op: int = 0) -> int:
     """Word 1: what every rank's header of one call shares (_objects._headers writes it
-    out)."""
-    return method | (root << 8)
+    out): the method, the root and, for reductions, the op (``op_code``)."""
+    return method | (root << 8) | (op << _OP_SHIFT)
+
+
+def op_code(op) -> int:
+    """What word 1 says of a reduction's op, the same on every rank for the same op: 1-14
+    for MPI's predefined ones (found by identity: an MPI.Op is unhashable), else a hash
+    of the callable's qualified name (every MPI.Op made by MPI.Op.Create is one op)."""
+    for i, (known, _) in enumerate(_OPS):
+        if op is known:
+            return i + 1
+    if isinstance(op, MPI.Op):
+        return _USER_OP
+    name = (f"{getattr(op, '__module__', None) or type(op).__module__}."
+            f"{getattr(op, '__qualname__', None) or type(op).__qualname__}")
+    return _USER_OP | 1 + (zlib.crc32(name.encode()) & 0xFFFE)
+
+
+def _op_name(code: int) -> str:
+    if 0 < code <= len(_OPS):
+        return _OPS[code - 1][1]
+    return "an MPI.Op.Create op" if code == _USER_OP else f"a Python callable #{code & 0xFFFF}"
 
 
 class Encoded:
@@ -393,7 +422,7 @@ class Table:
     # -- agreement ----------------------------------------------------------------------
     def check(self, names: dict, mine: int, rows_of=None) -> None:
         """Raise CollectiveMismatch if a row was sent by another method or with another
-        root than ``mine`` (``meta(method, root)``); every rank holding these rows raises
+        root or op than ``mine`` (``meta(method, root, op)``); every rank holding these rows raises
         it alike.  Then raise if a sender could not encode its object."""
         ints, n = self.ints, self.n
         calls = ints[1::WORDS]
@@ -402,14 +431,16 @@ class Table:
         calls = [c & ~_FAILED_CALL for c in calls]
         if any(c != mine for c in calls):
             def say(c):
-                method, root = c & 0xFF, c >> 8
+                method, root, op = c & 0xFF, (c >> 8) & 0xFFFFFFFF, c >> _OP_SHIFT
                 name = names.get(method, f"method {method}")
-                return f"{name}(root={root})" if name in ROOTED else name
+                args = ([f"root={root}"] if name in ROOTED else []) + \
+                    ([f"op={_op_name(op)}"] if op else [])
+                return f"{name}({', '.join(args)})" if args else name
             ranks = [i if rows_of is None else rows_of for i in range(n)]
             odd = sorted({r for r, c in zip(ranks, calls) if c != mine})
             fields = {"collective": {r: say(c) for r, c in zip(ranks, calls)}}
             text = ", ".join(f"rank {r}: {say(c)}" for r, c in sorted(set(zip(ranks, calls))))
-            raise CollectiveMismatch(f"ranks called different lowercase collectives on one "
+            raise CollectiveMismatch(f"ranks disagree about a lowercase collective on one "
                                      f"communicator, expected {say(mine)} ({text})",
                                      ranks=odd, fields=fields)
         bad = [i for i in range(n) if ints[WORDS * i] & 0xFF == FAILED]

@@ -25,9 +25,10 @@ headers (all of them, or the root's; for alltoall each sender's rows all carry t
 parts any of its objects has).
 A rank that passes an int and one that passes a dict agree too: the int's header says
 "no parts", the dict's "two parts", and all ranks run max(0, 2) rounds, the int's
-rank with nothing to send.  Headers also carry the method and root, so ranks that call
-different lowercase collectives raise CollectiveMismatch alike instead of exchanging
-mismatched data; a rank that cannot pickle its object sends a FAILED header and every
+rank with nothing to send.  Headers also carry the method, the root and a reduction's
+op, so ranks that call different lowercase collectives, or one with another root or op,
+raise CollectiveMismatch alike instead of exchanging mismatched data or computing
+different results; a rank that cannot pickle its object sends a FAILED header and every
 rank raises (mpi4py leaves the others waiting).
 
 Reductions are mpi4py's: the op (an ``MPI.Op`` or any callable) is applied in Python to
@@ -121,13 +122,14 @@ class ObjectCalls:
     def gather(self, sendobj, root: int = 0):
         return self._at_root("gather", GATHER, sendobj, root)
 
-    def _at_root(self, name: str, method: int, sendobj, root):
-        """Every rank's object at ``root`` (a list there; None elsewhere)."""
+    def _at_root(self, name: str, method: int, sendobj, root, op: int = 0):
+        """Every rank's object at ``root`` (a list there; None elsewhere); ``op``: a
+        reduction's (codec.op_code), which every rank must pass alike."""
         hc = self._open()
         root = _root(root, hc.size)
         self._stats[name]["native"] += 1
         values = self._to_some(hc, sendobj, method, root, None,
-                               hc.size if hc.rank == root else 0)
+                               hc.size if hc.rank == root else 0, op)
         return values if hc.rank == root else None
 
     def scatter(self, sendobj, root: int = 0):
@@ -197,26 +199,28 @@ class ObjectCalls:
                             if table.own(i) else ()) for i in range(n)]
 
     def reduce(self, sendobj, op=MPI.SUM, root: int = 0):
-        values = self._at_root("reduce", REDUCE, sendobj, root)
+        values = self._at_root("reduce", REDUCE, sendobj, root, codec.op_code(op))
         return None if values is None else _reduce(values, op)
 
     def allreduce(self, sendobj, op=MPI.SUM):
         hc = self._open()
         self._stats["allreduce"]["native"] += 1
-        return _reduce(self._everyone(hc, sendobj, ALLREDUCE), op)
+        return _reduce(self._everyone(hc, sendobj, ALLREDUCE, codec.op_code(op)), op)
 
     def scan(self, sendobj, op=MPI.SUM):
         hc = self._open()
         self._stats["scan"]["native"] += 1
         me = hc.rank
-        values = self._to_some(hc, sendobj, SCAN, 0, lambda i, j: i <= j, me + 1)
+        values = self._to_some(hc, sendobj, SCAN, 0, lambda i, j: i <= j, me + 1,
+                               codec.op_code(op))
         return _scan(values, op, exclusive=False)
 
     def exscan(self, sendobj, op=MPI.SUM):
         hc = self._open()
         self._stats["exscan"]["native"] += 1
         me = hc.rank
-        values = self._to_some(hc, sendobj, EXSCAN, 0, lambda i, j: i < j, me)
+        values = self._to_some(hc, sendobj, EXSCAN, 0, lambda i, j: i < j, me,
+                               codec.op_code(op))
         if me == 0:
             return None
         return _scan(values, op, exclusive=True)
@@ -231,14 +235,14 @@ class ObjectCalls:
         """The one issue (CommState.issue): flight row, mismatch check, watchdog."""
         return self._st.issue(call, None, self._blocks)
 
-    def _headers(self, hc, sendobj, method: int, root: int):
+    def _headers(self, hc, sendobj, method: int, root: int, op: int = 0):
         """(this rank's encoding, every rank's header, checked, and every rank's object
         where each sent a number, or a tuple or list of ints, of one kind: allreduce's and
         allgather-of-shapes' common case, read straight from the headers; else None).
         The header buffers and their allgather's Call are kept for the next call (its
         plan with them); a call made while they are in use (another thread, or an op that
         calls back) takes new ones, and buffers of a call that raised are not reused."""
-        m = method | (root << 8)         # codec.meta, inline: the per-call path
+        m = codec.meta(method, root, op)
         n = hc.size
         heads = self._heads.get(-1)      # bcast's are kept by root
         if heads:
@@ -262,9 +266,9 @@ class ObjectCalls:
         heads.append((send, recv, views, rows, call))
         return enc, table, None
 
-    def _everyone(self, hc, sendobj, method: int) -> list:
+    def _everyone(self, hc, sendobj, method: int, op: int = 0) -> list:
         """Every rank's object, on every rank."""
-        enc, table, values = self._headers(hc, sendobj, method, 0)
+        enc, table, values = self._headers(hc, sendobj, method, 0, op)
         if values is not None:
             return values
         n = hc.size
@@ -285,12 +289,13 @@ class ObjectCalls:
             w.wait()
         return _values(table, got, n)
 
-    def _to_some(self, hc, sendobj, method: int, root: int, to, count: int) -> list:
+    def _to_some(self, hc, sendobj, method: int, root: int, to, count: int,
+                 op: int = 0) -> list:
         """Rank i's object to the ranks j with ``to(i, j)``, or to ``root`` where ``to``
         is None: the objects of ranks 0..count-1 (those this rank receives).  Above SMALL
         bytes, parts go to the root with the core's gatherv (gather, reduce), else with
         alltoallv (the scans)."""
-        enc, table, values = self._headers(hc, sendobj, method, root)
+        enc, table, values = self._headers(hc, sendobj, method, root, op)
         if values is not None:
             return values[:count]
         rounds = table.rounds()

@@ -391,6 +391,30 @@ def test_ranks_calling_different_methods_raise_collective_mismatch(world, adapte
     assert adapter.allgather(r) == list(range(world.size))     # the communicator is fine
 
 
+@pytest.mark.mpi(min_size=2)
+def test_ranks_passing_different_ops_raise_collective_mismatch(world, adapter):
+    """The op is part of what the ranks agree on: with MPI.SUM on rank 0 and MPI.MAX
+    elsewhere, mpi4py gives the ranks different results; here every rank raises."""
+    r, n = world.rank, world.size
+    ops = {"allreduce": lambda op: adapter.allreduce(r + 1.0, op),
+           "reduce": lambda op: adapter.reduce(r + 1.0, op, root=0),
+           "scan": lambda op: adapter.scan(r + 1.0, op),
+           "exscan": lambda op: adapter.exscan(r + 1.0, op)}
+    for name, call in ops.items():
+        exc = raised(lambda: call(MPI.SUM if r == 0 else MPI.MAX))
+        assert isinstance(exc, hpccoll.CollectiveMismatch), (name, exc)
+        assert "op=SUM" in str(exc) and "op=MAX" in str(exc), str(exc)
+        # a Python callable against a predefined op, and two callables by name
+        exc = raised(lambda: call(MPI.MIN if r == 0 else (lambda a, b: a + b)))
+        assert isinstance(exc, hpccoll.CollectiveMismatch), (name, exc)
+        exc = raised(lambda: call(max if r == 0 else min))
+        assert isinstance(exc, hpccoll.CollectiveMismatch), (name, exc)
+    # the same op everywhere is fine, and the communicator stays usable
+    assert adapter.allreduce(r + 1.0, MPI.MAX) == float(n)
+    assert adapter.allreduce(r + 1, max) == n
+    assert adapter.allreduce([r], MPI.SUM) == list(range(n))
+
+
 def test_a_freed_communicator_raises_mpi4pys_error(world, adapter):
     comm, theirs = adapter.Dup(), world.Dup()
     comm.Free()
