@@ -22,7 +22,11 @@ the same error everywhere:
    the next member over the control plane; a member whose digest at that sequence
    differs probes: it asks every member for its rows, decides, and sends the verdict;
 3. a wait that makes no progress for ``mismatch_ms``, or an MPI error, probes at once;
-4. ``close()`` compares every communicator's digest one last time.
+4. ``close()`` compares every communicator's digest one last time, and so does
+   ``free()`` for its communicator; a context still open when the interpreter exits or
+   when MPI finalizes (MPI.Finalize() called by the program, or mpi4py's at exit)
+   closes first, so a mismatch in a program's last collectives is printed on every rank
+   even where nothing was closed or freed.
 
 So a mismatch surfaces at most ``mismatch_every`` collectives on its communicator, or
 about ``2 x mismatch_ms`` after the mismatched call, whichever comes first (the second

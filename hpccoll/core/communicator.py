@@ -9,6 +9,7 @@ from typing import Optional
 import numpy as np
 
 from ..base.work import Work
+from ..engine.crosscheck import free_check, unseen
 from ..errors import ArgumentError, CollectiveTimeout, mpi_failure
 from . import validate
 from .state import CommState
@@ -99,8 +100,11 @@ class Communicator:
                             f"{self.uid}/s{self._children}:{int(color)}")
 
     def free(self) -> None:
-        """Collective: let this communicator's pending collectives complete, then release
-        its MPI resources; later calls raise ContextClosed."""
+        """Collective: let this communicator's pending collectives complete, compare what
+        every member issued here one last time (check_mismatch="deferred"), then release
+        its MPI resources; later calls raise ContextClosed.  A mismatch the comparison
+        finds, or one found earlier that no call here has raised yet, is raised on every
+        member once all is released."""
         st = self._state
         if st.freed or st.mpi is None or self._ctx._closed:
             return
@@ -111,8 +115,14 @@ class Communicator:
                 work.wait()
             except Exception:     # the collective's own error is its waiter's to see
                 pass
+        found = free_check(self._ctx._engine, st, self._ctx.settings.close_timeout)
+        if found is None and unseen(st):
+            found = st.unreported
+        st.unreported = None
         self._ctx._unregister(self)
         st.free_mpi()
+        if found is not None:
+            raise found
 
     # -- collectives ---------------------------------------------------------------------
     # Every method is the same: ``collective`` (below) reads the arguments into a Call

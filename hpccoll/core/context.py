@@ -17,7 +17,7 @@ from ..base.ops import DTYPE_CODE, DTYPES, dtype_name
 from .. import config
 from ..config import Settings, resolve
 from ..engine import code, progress
-from ..engine.control import TAG_CLOSING
+from ..engine.control import TAG_CLOSING, TAG_GONE
 from ..engine.crosscheck import final_check, unseen
 from ..engine.engine import Engine
 from ..engine.task import TRACE_FIELDS
@@ -106,7 +106,11 @@ class Context:
         self.calibration, self.calibration_note = self._load_calibration()
         self._engine = Engine(self, self.settings, self._ctl)
         self.world = Communicator(self, base.Dup(), "world", "w")
+        global _MADE
+        _MADE += 1
+        self._made = _MADE     # creation order: the same on every rank (init is collective)
         _OPEN.add(self)
+        _close_before_finalize(MPI)
         if self.settings.calibration == "init":
             try:
                 self.calibration = calibrate.measure(self, calibrate.QUICK_SIZES,
@@ -399,7 +403,13 @@ class Context:
         req = self._ctl.Ibarrier()
         deadline = time.monotonic() + wait
         synced = True
+        gone = engine.crosscheck.gone
         while not req.Test():
+            if gone:          # (they will never get here)
+                synced = False
+                print(f"hpccoll: rank {self.rank}: close() does not wait for rank(s) "
+                      f"{sorted(gone)}, which exited without closing", file=sys.stderr)
+                break
             if time.monotonic() > deadline:
                 synced = False
                 if healthy:
@@ -422,8 +432,9 @@ class Context:
             if unseen(st):
                 mismatches.append(st.unreported)
                 st.unreported = None
-        for exc in mismatches:
-            print(f"hpccoll: rank {self.rank}: {exc}", file=sys.stderr, flush=True)
+        for exc in mismatches:      # (one write: the ranks' lines do not interleave)
+            sys.stderr.write(f"hpccoll: rank {self.rank}: {exc}\n")
+            sys.stderr.flush()
         engine.stop()
         if synced:
             for st in states:
@@ -473,10 +484,24 @@ class Context:
         self._allocs = []
 
     def _abandon(self) -> None:
-        """At interpreter exit without close(): stop the engine, nothing collective."""
-        if not self._closed:
-            self._closed = True
-            self._engine.stop(wait=1.0)
+        """At interpreter exit after an unhandled exception: tell the other ranks how far
+        this one got on each communicator (a collective of theirs it will never join
+        fails there, and their close() does not wait for it), stop the engine, nothing
+        collective."""
+        if self._closed:
+            return
+        self._closed = True
+        _OPEN.discard(self)
+        engine = self._engine
+        if engine.forked is None and engine.broken is None and self.size > 1:
+            states = self._states()
+            if engine.lock.acquire(timeout=1.0):    # (a thread stuck driving: say nothing)
+                try:
+                    engine.control.broadcast({st.uid: st.seq for st in states},
+                                             range(self.size), TAG_GONE)
+                finally:
+                    engine.lock.release()
+        engine.stop(wait=1.0)
 
 
 _OPEN: "weakref.WeakSet[Context]" = weakref.WeakSet()
@@ -493,8 +518,47 @@ if hasattr(os, "register_at_fork"):
 
 @atexit.register
 def _close_at_exit() -> None:
-    for ctx in list(_OPEN):
-        ctx._abandon()
+    """Interpreter exit with contexts still open (a program on the adapter never closes
+    its own): each closes as close() does, its last mismatch comparison included, so a
+    mismatch in the program's last collectives is printed on every rank; after an
+    unhandled exception, where the other ranks may never get here, each is abandoned."""
+    close_open(failed=getattr(sys, "last_value", None) is not None, why="at exit")
+
+
+def close_open(failed: bool = False, why: str = "") -> None:
+    """Close every open context of this process, in the order they were made (the same
+    on every rank); a mismatch found is printed, never raised (no caller would see it)."""
+    for ctx in sorted(_OPEN, key=lambda c: c._made):
+        if failed:
+            ctx._abandon()
+            continue
+        try:
+            ctx.close(raise_mismatch=False)
+        except Exception as exc:      # (close prints what it found on every rank)
+            print(f"hpccoll: rank {ctx.rank}: closing {why}: {type(exc).__name__}: {exc}",
+                  file=sys.stderr, flush=True)
+            ctx._abandon()
+
+
+_MADE = 0
+_FINALIZE_HOOK: list = []
+
+
+def _close_before_finalize(MPI) -> None:
+    """Once per process: an attribute on MPI.COMM_SELF whose deletion, the first thing
+    MPI_Finalize does (MPI-4 11.2.4), closes every open context.  A program that calls
+    MPI.Finalize() itself while hpccoll is open then finalizes a quiet MPI, as mpi4py
+    does at exit after ``_close_at_exit`` closed everything."""
+    if _FINALIZE_HOOK:
+        return
+    def closing(comm, keyval, value):
+        close_open(why="at MPI_Finalize")
+    try:
+        keyval = MPI.Comm.Create_keyval(delete_fn=closing)
+        MPI.COMM_SELF.Set_attr(keyval, True)
+    except Exception:      # an MPI without attribute callbacks: exit still closes
+        return
+    _FINALIZE_HOOK.append(keyval)
 
 
 def init(comm=None, policy: Optional[str] = None, timeout: Optional[float] = None,

@@ -75,7 +75,7 @@ class CommState:
         self.ok = True                 # none of: closed, engine broken, broken, freed, no member
         self.seq = 0
         # order-matched collectives a member will ever issue here (it closed its context
-        # after that many: Engine._on_closing), and the error issuing more raises
+        # after that many: Engine.on_closing), and the error issuing more raises
         self.limit = 1 << 62
         self.limit_error = None
         # the last order-matched task, while it may not have started (start order): a

@@ -4,8 +4,9 @@ communicator, never on a data communicator.
 Tags: report requests and replies (watchdog); the launch order's reports up the tree
 and batches down it (ordered policy); failure notices (a collective failed on
 one member: the others fail it at once instead of waiting for their watchdog); the
-deferred mismatch check's notes, probes, rows and verdicts.  Only whoever holds the engine sends or
-receives here; sends are nonblocking and their requests are reaped later.
+deferred mismatch check's notes, probes, rows, verdicts and what a member issued on a
+communicator it frees.  Only whoever holds the engine sends or receives here; sends
+are nonblocking and their requests are reaped later.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ TAG_PROBE = 19
 TAG_ROWS = 20
 TAG_VERDICT = 21
 TAG_CLOSING = 22    # a rank closes its context: how far it got on each communicator
+TAG_FINAL = 23      # a rank frees a communicator: how far it got there, digest, rows
+TAG_GONE = 24       # a rank exits after an unhandled exception: as TAG_CLOSING, no close
 
 HOST = socket.gethostname()
 PID = os.getpid()

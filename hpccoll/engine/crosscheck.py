@@ -11,21 +11,26 @@ core/mismatch.py states the guarantee and its bound).
   CollectiveMismatch on its pending collectives of that communicator, or on its next
   call there;
 - **close**: ``final_check`` compares every communicator's digest one last time, over
-  the control communicator (close is collective), once every rank got there.
+  the control communicator (close is collective), once every rank got there;
+- **free**: ``free_check`` does the same for one communicator at ``free()``, with a
+  message from each member to the others (its count, digest and fingerprint rows):
+  every member decides the same verdict from the same messages.
 
 Only whoever holds the engine calls into this (tick, messages); the messages travel on
 the control communicator, never on a data communicator.
 """
 from __future__ import annotations
 
+import sys
 import time
+from typing import Optional
 
 import numpy as np
 from mpi4py import MPI
 
 from ..base import mismatch
-from ..errors import CollectiveMismatch
-from .control import TAG_NOTE, TAG_PROBE, TAG_ROWS, TAG_VERDICT
+from ..errors import CollectiveMismatch, ContextClosed
+from .control import TAG_FINAL, TAG_NOTE, TAG_PROBE, TAG_ROWS, TAG_VERDICT
 from .lane import HELD
 
 
@@ -37,7 +42,7 @@ class _Probe:
 
 
 class CrossCheck:
-    tags = (TAG_NOTE, TAG_PROBE, TAG_ROWS, TAG_VERDICT)
+    tags = (TAG_NOTE, TAG_PROBE, TAG_ROWS, TAG_VERDICT, TAG_FINAL)
 
     def __init__(self, engine):
         self.engine = engine
@@ -48,6 +53,9 @@ class CrossCheck:
         self.next_tick = 0.0
         self.probes: dict = {}
         self.count = 0
+        self.finals: dict = {}      # uid -> {world rank: (count, digest, rows)} (free_check)
+        self.closed: set = set()    # world ranks that closed their context or exited
+        self.gone: set = set()      # world ranks that exited without closing (TAG_GONE)
 
     # -- driven by the engine -------------------------------------------------------------
     def tick(self) -> None:
@@ -103,6 +111,11 @@ class CrossCheck:
         state = self.engine.ctx._state_by_uid(payload[0])
         if state is None or state.ledger is None:
             return
+        if tag == TAG_FINAL:
+            # a member frees the communicator: what it issued there is all it will issue
+            self.finals.setdefault(state.uid, {})[src] = payload[1:]
+            self.engine.on_closing(src, {state.uid: payload[1]}, "freed communicator")
+            return
         if tag == TAG_PROBE:
             self.engine.control.send((state.uid, payload[1], state.ledger.rows()), src, TAG_ROWS)
         elif tag == TAG_ROWS:
@@ -151,6 +164,59 @@ class CrossCheck:
         if not self.engine.pending_on(state):
             state.unreported = exc     # nothing pending carries it: the next call does
         self.engine.break_comm(state, exc)
+
+
+def free_check(engine, state, timeout: float) -> Optional[CollectiveMismatch]:
+    """``free()`` of ``state``'s communicator, once its own collectives completed or
+    failed here: every member sends the others how many order-matched collectives it
+    issued there, its digest and its fingerprint rows, and decides from what it
+    receives.  Returns the CollectiveMismatch every member finds alike (None where they
+    agree, or where a member closed its context or did not free within ``timeout``)."""
+    cc, led = engine.crosscheck, state.ledger
+    if not cc.on or led is None or state.size < 2 or engine.broken is not None:
+        return None
+    me = engine.control.rank
+    # a communicator some member saw fail already (a mismatch, a peer's error) was
+    # reported there: its counts may differ by the calls that raised; one only a peer's
+    # free() or close() stopped (ContextClosed) is compared
+    known = state.broken is not None and not isinstance(state.broken, ContextClosed)
+    mine = (state.seq, led.digest, led.rows(), known)
+    others = [w for w in state.world_ranks if w != me]
+    with engine.lock:           # (only whoever holds the engine uses the control plane)
+        engine.control.broadcast((state.uid,) + mine, others, TAG_FINAL)
+    got = cc.finals.setdefault(state.uid, {})
+    deadline = time.monotonic() + timeout
+    while len(got) < len(others) and engine.broken is None:
+        missing = set(others) - set(got)
+        if missing & cc.closed:
+            return None           # (its close() compares what is left, and says so)
+        if time.monotonic() > deadline:
+            print(f"hpccoll: rank {me}: free() of {state.name!r} compared nothing: "
+                  f"rank(s) {sorted(missing)} did not free it within {timeout:g} s",
+                  file=sys.stderr, flush=True)
+            return None
+        with engine.lock:
+            engine._serve_control()
+        time.sleep(0.0002)
+    got = cc.finals.pop(state.uid, {})
+    if len(got) < len(others):
+        return None
+    got[me] = mine
+    if any(g[3] for g in got.values()) \
+            or len({(count, digest) for count, digest, _, _ in got.values()}) == 1:
+        return None
+    found = mismatch.verdict({w: g[2] for w, g in got.items()})
+    if found is not None:
+        return state.mismatch_error(*found)
+    counts: dict = {}
+    for w in sorted(got):
+        counts.setdefault(str(got[w][0]), []).append(w)
+    majority = max(counts.values(), key=len)
+    odd = sorted(w for ranks in counts.values() if ranks is not majority for w in ranks)
+    return CollectiveMismatch(
+        f"ranks disagree about communicator {state.name!r} at free(): collectives issued "
+        "there: " + "; ".join(f"rank(s) {r} issued {c}" for c, r in counts.items()),
+        ranks=odd, fields={"collectives issued": counts})
 
 
 FIELDS = 4     # a final-check entry: communicator (its uid's hash), last sequence, digest, skip

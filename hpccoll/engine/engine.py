@@ -31,7 +31,8 @@ from time import monotonic
 
 from ..errors import CollectiveMismatch, CollectiveTimeout, ContextClosed, HpcCollError
 from . import flight, policies, progress
-from .control import HOST, PID, TAG_CLOSING, TAG_FAILED, TAG_REPORT, TAG_REPORT_REQ, Control
+from .control import (HOST, PID, TAG_CLOSING, TAG_FAILED, TAG_GONE, TAG_REPORT, TAG_REPORT_REQ,
+                      Control)
 from .crosscheck import CrossCheck
 from .flight import Recorder
 from .lane import new_lock
@@ -582,20 +583,21 @@ class Engine:
                 state.unreported = exc     # nothing pending carries it: the next call does
             self.break_comm(state, exc)
 
-    def _on_closing(self, src: int, counts: dict) -> None:
-        """Rank ``src`` closed its context, having issued ``counts[uid]`` order-matched
-        collectives on each communicator: one of this rank's beyond that on a communicator
-        of ``src``'s will never be matched.  It fails now (the communicator is unusable:
-        what it posted stays unmatched there), and so does issuing one later."""
+    def on_closing(self, src: int, counts: dict, did: str) -> None:
+        """Rank ``src`` closed its context or freed a communicator (``did``), having
+        issued ``counts[uid]`` order-matched collectives on each communicator: one of this
+        rank's beyond that on a communicator of ``src``'s will never be matched.  It fails
+        now (the communicator is unusable: what it posted stays unmatched there), and so
+        does issuing one later."""
         self.take_started()
         for state in self.ctx._states():
             count = counts.get(state.uid)
             if count is None or src not in state.world_ranks:
                 continue
             err = ContextClosed(
-                f"rank {src} closed its hpccoll context after {count} collective(s) on "
-                f"communicator {state.name!r}: collective #{count} and later ones there "
-                "would never complete")
+                f"rank {src} {did} after {count} collective(s) on communicator "
+                f"{state.name!r}: collective #{count} and later ones there would never "
+                "complete")
             state.closed_at(count, err)
             late = [t for t in self.live() + list(self.sq)
                     if t.comm is state and t.key is None and t.seq >= count and not t.retired]
@@ -675,7 +677,12 @@ class Engine:
             elif tag == TAG_FAILED:
                 self._on_failed_notice(obj)
             elif tag == TAG_CLOSING:
-                self._on_closing(src, obj)
+                self.crosscheck.closed.add(src)
+                self.on_closing(src, obj, "closed its hpccoll context")
+            elif tag == TAG_GONE:
+                self.crosscheck.closed.add(src)
+                self.crosscheck.gone.add(src)
+                self.on_closing(src, obj, "exited without closing its hpccoll context")
             elif tag in self.crosscheck.tags:
                 self.crosscheck.on_message(src, tag, obj)
             elif tag in self._control_tags:

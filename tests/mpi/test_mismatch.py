@@ -112,6 +112,58 @@ def test_close_compares_what_was_not_compared_yet(mpi_world):
     mpi_world.Barrier()          # every rank got here: nobody was left in close()
 
 
+@pytest.mark.parametrize("kind", ["op", "dtype", "root"])
+def test_free_compares_the_last_collectives(kind, mpi_world):
+    """A mismatch in the last collective before free(): free() raises it on every rank,
+    once the communicator is released (before, it was freed unchecked, and the wrong
+    data stood).  Same bytes on the wire each time: MPI would complete the call."""
+    r = mpi_world.rank
+    with hpccoll.init(timeout=60, mismatch_every=1000, mismatch_ms=60_000) as ctx:
+        comm = ctx.world.dup()
+        comm.barrier().wait()                                        # #0 agrees
+        if kind == "op":
+            op_mismatch(comm)                                        # #1
+        elif kind == "dtype":
+            x = np.ones(4, np.int32 if r == 0 else np.float32)
+            comm.allreduce(x, np.empty_like(x)).wait()
+        else:
+            comm.broadcast(np.zeros(4), root=int(r == 1)).wait()
+        with pytest.raises(CollectiveMismatch) as info:
+            comm.free()
+        assert f"collective #1 " in str(info.value)
+        assert set(info.value.fields) >= {kind}, info.value.fields
+        if kind == "op":
+            check(info.value, 1)
+        with pytest.raises(ContextClosed):
+            comm.barrier()
+        comm.free()                                    # again: nothing left to compare
+        ok = ctx.world.dup()                           # the context goes on
+        ok.allreduce(np.ones(2)).wait(timeout=30)
+        ok.free()                                      # agrees: no error
+    mpi_world.Barrier()
+
+
+def test_free_names_a_rank_that_issued_more(mpi_world):
+    """Rank 0 issues one more collective than the others before free(): its extra one
+    fails at once (ContextClosed: nobody will join it), and free() raises on every rank
+    how many each issued."""
+    r = mpi_world.rank
+    with hpccoll.init(timeout=60, mismatch_every=1000, mismatch_ms=60_000) as ctx:
+        comm = ctx.world.dup()
+        comm.allreduce(np.ones(2)).wait()
+        extra = comm.allreduce(np.ones(2)) if r == 0 else None
+        with pytest.raises(CollectiveMismatch) as info:
+            comm.free()
+        if mpi_world.size > 2:                  # (at 2 ranks, neither is the odd one)
+            assert info.value.ranks == (0,)
+        assert info.value.fields["collectives issued"] == {
+            "2": [0], "1": list(range(1, mpi_world.size))}
+        if extra is not None:
+            with pytest.raises(ContextClosed, match="freed communicator"):
+                extra.wait(timeout=30)
+    mpi_world.Barrier()
+
+
 def test_close_raises_a_verdict_that_no_call_has_carried(mpi_world):
     """A note finds the mismatch after its collective completed and no call follows on
     that communicator: the verdict broke it on every rank, and close() raises it on every
