@@ -398,6 +398,11 @@ class CommState:
 
     # -- lifetime ---------------------------------------------------------------------------
     def free_mpi(self) -> None:
+        # the flight recorder's ring keeps the plans of recent collectives (its report
+        # names them): what of a plan points into the node-shared area goes first, so
+        # that the area is unmapped now, its descriptor closed, not once the ring moved on
+        for plan in self.plans.values():
+            plan.rt = plan.code = plan.native = plan.cells = None
         if self.shm:
             self.shm["area"].free()
             self.shm = None

@@ -2,6 +2,7 @@
 (issue 18's findings on the new core): a finished collective keeps no memory alive,
 free() lets pending collectives complete, a registered array stays valid after close(),
 a done-callback may wait for a collective, bad registered allocations raise clearly."""
+import os
 import sys
 import time
 from pathlib import Path
@@ -81,6 +82,39 @@ def test_free_lets_pending_collectives_complete(mpi_world):
         np.testing.assert_array_equal(w.wait(timeout=30), np.full(x.size, ctx.size))
         with pytest.raises(hpccoll.ContextClosed, match="freed"):
             d.allreduce(x)
+
+
+def open_files() -> tuple:
+    """(descriptors open in this process, mappings of hpccoll's node-shared files)."""
+    with open("/proc/self/maps") as f:
+        mapped = sum(1 for line in f if "/hpccoll-" in line)
+    return len(os.listdir("/proc/self/fd")), mapped
+
+
+def test_a_freed_communicator_keeps_no_mapping_or_descriptor(mpi_world):
+    """Each dup() maps a node-shared file; free() unmaps it and closes its descriptor at
+    once, though the flight recorder still names the communicator's last collectives
+    (their plans pointed into the mapping: 2,500 dup/free cycles held 40 more
+    descriptors and 140 MiB of /dev/shm per rank before)."""
+    with hpccoll.init(timeout=60) as ctx:
+        def cycle():
+            c = ctx.world.dup()
+            for n in (2, 1000, 300_000):    # cells, shared-memory programs in C, large
+                x = np.ones(n * c.size)
+                out = np.empty_like(x)
+                c.allreduce(x, out).wait(timeout=30)
+                c.broadcast(x).wait(timeout=30)
+                c.allgather(x[:n], out).wait(timeout=30)
+                c.alltoall(x, out).wait(timeout=30)
+            np.testing.assert_array_equal(out[::n], np.ones(c.size))
+            c.free()
+        cycle()
+        fds, mapped = open_files()
+        for _ in range(30):
+            cycle()
+        now = open_files()
+        assert now[1] == mapped, (mapped, now)
+        assert now[0] <= fds, (fds, now)
 
 
 def test_adapter_free_with_a_request_pending(mpi_world):
