@@ -248,15 +248,18 @@ SETTINGS: tuple[Setting, ...] = (
             public=True),
     Setting("shm", bool, True,
             "Let ranks of a communicator that share a node exchange through node-shared memory "
-            "(one file in /dev/shm per communicator and node, its space reserved when the "
-            "communicator is made: where /dev/shm cannot hold it, that communicator runs on "
-            "MPI, with a warning) for allreduce, reduce_scatter and allgather.",
+            "(anonymous memory per communicator and node, or a file in shm_dir, its space "
+            "reserved when the communicator is made: where it cannot be had, that "
+            "communicator runs on MPI, with a warning) for allreduce, reduce_scatter and "
+            "allgather.",
             public=True, agree=True),
     Setting("shm_dir", str, "",
-            "Directory of the node-shared files (empty: /dev/shm where Linux has it, else "
-            "the temporary directory).  Each file's space is reserved when its communicator "
-            "is made; where the directory cannot hold it, that communicator exchanges through "
-            "MPI only (with a warning) instead of failing later."),
+            "Directory of the node-shared files (empty: none, anonymous memory (memfd) that "
+            "leaves nothing behind, else /dev/shm where Linux has it or the temporary "
+            "directory where a rank cannot open another's).  Each file's space is reserved "
+            "when its communicator is made; where the directory cannot hold it, that "
+            "communicator exchanges through MPI only (with a warning) instead of failing "
+            "later."),
     Setting("cma", bool, True,
             "Let ranks of one node read each other's ordinary buffers in place (and a "
             "gather's peers write into its root's), one copy made by the kernel (Linux "

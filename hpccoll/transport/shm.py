@@ -1,9 +1,12 @@
 """Node-shared memory for the ranks of a communicator that share a node.
 
-A communicator's area is one file in /dev/shm per node (``create``), mapped by the
-node's ranks (the world's node map says which: ``Split_type(COMM_TYPE_SHARED)`` at init,
-or the fake nodes of the ``node_size`` setting) and unlinked as soon as all have mapped
-it; it costs no MPI communicator context.  Each rank's segment holds three counters
+A communicator's area is one piece of anonymous shared memory per node (``create``:
+memfd, which the node's other ranks open through /proc/<pid>/fd; a file in ``shm_dir``
+where that is set or where they cannot), mapped by the node's ranks (the world's node map
+says which: ``Split_type(COMM_TYPE_SHARED)`` at init, or the fake nodes of the
+``node_size`` setting); its creator's descriptor is closed, or the file unlinked, as soon
+as all have mapped it, so nothing of it outlives the ranks however they end.  It costs no
+MPI communicator context.  Each rank's segment holds three counters
 (READY, REDUCED, CONSUMED), each on its own cache line, the mismatch digest board
 (``post_digest``), a ring of ``CELL_RING`` cells
 for small collectives (engine/_native.c: cells), then ``shm_slots`` staging slots of
@@ -251,6 +254,20 @@ def shm_dir(setting: str = "") -> str:
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENOMEM)
 
 
+def _new_memory(nbytes: int) -> tuple:
+    """(the path through which other processes open it, descriptor) of new anonymous
+    shared memory of ``nbytes`` (memfd), its pages reserved now as in ``_new_file``."""
+    fd = os.memfd_create(f"hpccoll-{os.getpid()}", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, nbytes)
+        if nbytes and hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fd, 0, nbytes)
+    except OSError:
+        os.close(fd)
+        raise
+    return f"/proc/{os.getpid()}/fd/{fd}", fd
+
+
 def _new_file(nbytes: int, where: str) -> tuple:
     """A new, private, zero-filled file of ``nbytes`` whose pages are reserved now: a page
     of a sparse tmpfs file that cannot be had when first touched is a SIGBUS, which no
@@ -293,9 +310,10 @@ def create(comm, world_ranks, node_of, settings, fence_of) -> Optional[dict]:
     my local index on every node, node order) or None if nodes hold unequal numbers of
     ranks}.
 
-    The node's first rank creates the file and the others map it after an allgather of
-    its name; once all have, it is unlinked, so a job that dies leaves nothing in
-    /dev/shm.  No MPI communicator is made for it (a window would take two contexts of
+    The node's first rank creates the memory and the others map it after an allgather of
+    its name; once all have, the creator's descriptor is closed (a file is unlinked).
+    Anonymous memory has no name at all, so a job killed at any moment, inside this call
+    too, leaves nothing in /dev/shm.  No MPI communicator is made for it (a window would take two contexts of
     the ~2,000 MPICH has), and an error on any rank is every rank's (ResourcesExhausted)."""
     if not settings.shm or comm.Get_size() == 1:
         return None
@@ -306,62 +324,86 @@ def create(comm, world_ranks, node_of, settings, fence_of) -> Optional[dict]:
     me = local.index(rank)
     nbytes = segment_bytes(settings.shm_slot_bytes, settings.shm_slots,
                            settings.cell_bytes) * len(local)
-    path = fd = error = area = None
-    full = False
     where = shm_dir(settings.shm_dir)
-    if me == 0:
-        try:
-            path, fd = _new_file(nbytes, where)
-        except OSError as exc:
-            error = f"{where}: {exc.strerror or exc}"
-            full = exc.errno in NO_SPACE
-    # (each rank's probe bytes ride along: transport/cma.py)
-    if settings.cma:
-        cma.allow_peers()
-    made = comm.allgather((path, (error, full), cma.token()))
-    short = [e for _, (e, f), _ in made if f]
-    if short:
-        # some node cannot hold its file: every rank of the communicator goes without
-        # (the same decision everywhere: the allgather above), and every rank warns, so
-        # that a filter turning warnings into errors raises on every rank alike
-        if fd is not None:
+    # anonymous memory first where no directory was asked for: it has no name, so a rank
+    # killed at any moment leaves nothing behind; the node's other ranks open it through
+    # /proc/<pid>/fd, and where one cannot, every rank goes again with a file in ``where``
+    anonymous = not settings.shm_dir and hasattr(os, "memfd_create")
+    while True:
+        path = fd = error = area = None
+        full = False
+        if me == 0:
+            try:
+                path, fd = _new_memory(nbytes) if anonymous else _new_file(nbytes, where)
+            except OSError as exc:
+                error = f"{'anonymous memory' if anonymous else where}: {exc.strerror or exc}"
+                full = exc.errno in NO_SPACE
+        # (each rank's probe bytes ride along: transport/cma.py)
+        if settings.cma:
+            cma.allow_peers()
+        made = comm.allgather((path, (error, full), cma.token()))
+        short = [e for _, (e, f), _ in made if f]
+        if short:
+            # some node cannot hold its file: every rank of the communicator goes without
+            # (the same decision everywhere: the allgather above), and every rank warns,
+            # so that a filter turning warnings into errors raises on every rank alike
+            _drop(path, fd, anonymous)
+            warnings.warn(
+                f"hpccoll: communicator of {comm.Get_size()} ranks: no node-shared memory "
+                f"({short[0]}; {nbytes} bytes per node: shm_slots x shm_slot_bytes per "
+                "rank); it exchanges through MPI only.  Give the container more memory or "
+                "/dev/shm (docker --shm-size), lower shm_slot_bytes, or set shm_dir",
+                RuntimeWarning, stacklevel=2)
+            return None
+        errors = [e for _, (e, _), _ in made if e]
+        readable = False
+        if not errors:
+            try:
+                # (the creator's descriptor stays open until every rank has opened it)
+                area = ShmArea(made[local[0]][0], os.dup(fd) if anonymous and fd else fd,
+                               me, len(local), settings.shm_slot_bytes, settings.shm_slots,
+                               fence_of(), settings.cell_bytes)
+            except (OSError, ValueError) as exc:
+                error = f"{made[local[0]][0]}: {exc}"
+            if not anonymous:
+                fd = None            # (ShmArea closed it)
+            readable = settings.cma and all(cma.probe(*made[q][2]) for q in local
+                                            if q != rank)
+        elif fd is not None and not anonymous:
             os.close(fd)
-            os.unlink(path)
-        warnings.warn(
-            f"hpccoll: communicator of {comm.Get_size()} ranks: no node-shared memory "
-            f"({short[0]}; {nbytes} bytes per node: shm_slots x shm_slot_bytes per rank); "
-            "it exchanges through MPI only.  Give the container more /dev/shm "
-            "(docker --shm-size), lower shm_slot_bytes, or set shm_dir",
-            RuntimeWarning, stacklevel=2)
-        return None
-    errors = [e for _, (e, _), _ in made if e]
-    readable = False
-    if not errors:
-        try:
-            area = ShmArea(made[local[0]][0], fd, me, len(local), settings.shm_slot_bytes,
-                           settings.shm_slots, fence_of(), settings.cell_bytes)
-        except (OSError, ValueError) as exc:
-            error = f"{made[local[0]][0]}: {exc}"
-        readable = settings.cma and all(cma.probe(*made[q][2]) for q in local if q != rank)
-    elif fd is not None:
-        os.close(fd)
-    agreed = comm.allgather((error, readable))
-    errors += [e for e, _ in agreed if e]
-    if area is not None:
-        # single-copy programs where every rank of the node may read every other
-        area.cma = all(agreed[q][1] for q in local)
-        area.pids = tuple(made[q][2][0] for q in local)
-    if path is not None:
-        os.unlink(path)            # every rank of the node has mapped it (or failed to)
-    if errors:
+            fd = None
+        agreed = comm.allgather((error, readable))
+        errors += [e for e, _ in agreed if e]
         if area is not None:
+            # single-copy programs where every rank of the node may read every other
+            area.cma = all(agreed[q][1] for q in local)
+            area.pids = tuple(made[q][2][0] for q in local)
+        _drop(path, fd, anonymous)   # every rank of the node has mapped it (or failed to)
+        if errors and area is not None:
             area.free()
+        if errors and anonymous:
+            anonymous = False          # (the same errors on every rank: all go again)
+            continue
+        break
+    if errors:
         raise ResourcesExhausted(
             f"node-shared memory for a communicator of {comm.Get_size()} ranks "
             f"({nbytes} bytes per node: shm_slots x shm_slot_bytes per rank) could not be "
             f"set up: {errors[0]}; free() communicators no longer used, or lower shm_slots "
             f"or shm_slot_bytes")
     return {"area": area, "local": local, "cross": cross}
+
+
+def _drop(path, fd, anonymous: bool) -> None:
+    """The creator's name for the area goes: its descriptor (anonymous memory lives on in
+    the ranks' mappings), or the file's name (a closed descriptor)."""
+    if anonymous:
+        if fd is not None:
+            os.close(fd)
+    elif path is not None:
+        if fd is not None:
+            os.close(fd)
+        os.unlink(path)
 
 
 _KEPT: list = []   # allocations an array still used when their context closed

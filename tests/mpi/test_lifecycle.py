@@ -87,7 +87,7 @@ def test_free_lets_pending_collectives_complete(mpi_world):
 def open_files() -> tuple:
     """(descriptors open in this process, mappings of hpccoll's node-shared files)."""
     with open("/proc/self/maps") as f:
-        mapped = sum(1 for line in f if "/hpccoll-" in line)
+        mapped = sum(1 for line in f if "hpccoll-" in line)
     return len(os.listdir("/proc/self/fd")), mapped
 
 
@@ -113,7 +113,7 @@ def test_a_freed_communicator_keeps_no_mapping_or_descriptor(mpi_world):
         for _ in range(30):
             cycle()
         now = open_files()
-        assert now[1] == mapped, (mapped, now)
+        assert now[1] <= mapped, (mapped, now)
         assert now[0] <= fds, (fds, now)
 
 
