@@ -21,7 +21,9 @@ all land, in the order they finished.  Where the lock cannot be had (a file syst
 without locks, or a holder that does not let go), the run is kept in a file of its own
 and a message on stderr says where.  A run that fails with an exception still lands,
 with ``status = "failed"`` and the error text; only a killed writer leaves nothing but
-its temporary file behind.
+its temporary file behind.  No name of the writer's follows a symbolic link another
+user planted beside the destination (the lock and temporary files are created without
+following one, and renames replace a link itself).
 
 No space (a full file system, a quota, the file-size limit of ``ulimit -f``): the
 destination is left as it was and ``WriteFailed`` says why and where the run went: a
@@ -368,7 +370,7 @@ class _GuardedIO:
 
     def __init__(self, path, flags: int):
         self.path = Path(path)
-        self.fd = os.open(self.path, flags | os.O_CLOEXEC, 0o666)
+        self.fd = os.open(self.path, flags | os.O_CLOEXEC | _NOFOLLOW, 0o666)
         self.pos = 0
         self.error: Optional[OSError] = None
         self._pages: dict = {}      # page index -> bytearray: what was written since the error
@@ -490,6 +492,10 @@ def _h5_changed(path, mode: str = "a"):
 # -- landing a file: the lock, the temporary names ----------------------------------------
 LOCK_TIMEOUT = 60.0        # seconds to wait for another writer's merge to finish
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+# the lock, temporary and merged files are opened without following a link: in a shared
+# directory (sticky /tmp, a group's results directory) another user may have planted one
+# at their names
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 class LockUnavailable(OSError):
@@ -507,7 +513,14 @@ def locked(path, timeout: float = LOCK_TIMEOUT):
     lock = path.with_name(f".{path.name}.lock")
     deadline = time.monotonic() + timeout
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            # (a link planted in a shared directory must not place the lock elsewhere)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o666)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LockUnavailable(f"{path}: its lock {lock.name} is a symbolic link "
+                                      "(not followed)") from None
+            raise
         try:
             while True:
                 try:
@@ -548,10 +561,10 @@ def _temp_name(path: Path, what: str) -> Path:
     """``.NAME.WHAT-PID`` beside ``path`` (tests and users find a killed writer's file by
     its pid); ``.NAME.WHAT-PID.K`` for further files of one process."""
     base = path.with_name(f".{path.name}.{what}-{os.getpid()}")
-    if not base.exists():
+    if not os.path.lexists(base):      # (a dangling link is taken too)
         return base
     k = 1
-    while path.with_name(f"{base.name}.{k}").exists():
+    while os.path.lexists(path.with_name(f"{base.name}.{k}")):
         k += 1
     return path.with_name(f"{base.name}.{k}")
 
@@ -597,7 +610,7 @@ def update_file_attrs(path, attrs: dict, overwrite: bool = False,
         tmp = _temp_name(path, "tmp")
         try:
             with _no_sigxfsz():
-                shutil.copyfile(path, tmp)
+                _copy_new(path, tmp)
             with _h5_changed(tmp) as f:
                 new = {k: v for k, v in attrs.items() if overwrite or k not in f.attrs}
                 write_attrs(f, new)
@@ -620,7 +633,7 @@ def _aside_name(path: Path, tag: str) -> Path:
     stem, suffix = path.stem, path.suffix or ".h5"
     name = "-".join(x for x in (stem, tag, str(os.getpid())) if x)
     aside, k = path.with_name(name + suffix), 1
-    while aside.exists():
+    while os.path.lexists(aside):
         aside, k = path.with_name(f"{name}-{k}{suffix}"), k + 1
     return aside
 
@@ -634,6 +647,15 @@ def _keep_aside(tmp: Path, path: Path, tag: str, reason: str, what: str = "file"
                      f"is kept in {aside}\n")
     sys.stderr.flush()
     return aside
+
+
+def _copy_new(src: Path, dst: Path) -> None:
+    """Copy ``src`` into ``dst``, a new file: created exclusively, never through a link
+    (shutil.copyfile writes through one planted at ``dst``)."""
+    with open(src, "rb") as fin, \
+            open(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                         | _NOFOLLOW, 0o666), "wb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
 
 
 def _unlink(path) -> None:
@@ -831,7 +853,7 @@ class RunWriter:
         merged = _temp_name(self.path, "merge")
         try:
             with _no_sigxfsz():
-                shutil.copyfile(self.path, merged)
+                _copy_new(self.path, merged)
             with _h5_changed(merged) as dst, h5py.File(self.tmp_path, "r") as src:
                 _check_schema(dst, self.path)
                 runs = dst.require_group("runs")

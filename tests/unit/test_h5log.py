@@ -206,6 +206,36 @@ def test_a_run_that_cannot_take_the_lock_is_kept_in_a_file_of_its_own(tmp_path, 
     assert "held its lock" in err and f"nothing was written to {out}; the run 'late' is kept in {aside}" in err and str(aside) in err
 
 
+def test_links_planted_beside_the_result_are_never_followed(tmp_path, capsys):
+    """A shared results directory where another user planted symbolic links at the names
+    a writer makes (the lock, the temporary and merged copies, the file kept aside),
+    pointing into a directory of theirs: nothing is written through them, and every run
+    still lands in the shared directory (before: the lock and the merged copy were made
+    at the links' targets)."""
+    shared, theirs = tmp_path / "shared", tmp_path / "theirs"
+    shared.mkdir()
+    theirs.mkdir()
+    out = shared / "r.h5"
+    h5log.write_record(out, "test", "first", tables={"t": _rows(1)})
+    pid = os.getpid()
+    for name in (f".r.h5.tmp-{pid}", f".r.h5.tmp-{pid}.1", f".r.h5.merge-{pid}",
+                 f"r-late-{pid}.h5"):
+        (shared / name).symlink_to(theirs / name)
+    with h5log.RunWriter(out, "second") as run:            # merged through a new name
+        run.table("t").append(_rows(2))
+    assert h5log.update_file_attrs(out, {"stamp": "1"}) == ["stamp"]
+    assert [r.label for r in h5log.read(out)] == ["first", "second"]
+    (shared / ".r.h5.lock").symlink_to(theirs / "lock")
+    run = h5log.RunWriter(out, "late", lock_timeout=0.2)
+    run.table("t").append(_rows(2))
+    aside = run.close()                                    # no lock: kept aside
+    assert "is a symbolic link" in capsys.readouterr().err
+    assert aside.parent == shared and not aside.is_symlink()
+    assert [r.label for r in h5log.read(aside)] == ["late"]
+    assert list(theirs.iterdir()) == []
+    assert all((shared / n).is_symlink() for n in (f".r.h5.merge-{pid}", ".r.h5.lock"))
+
+
 def test_stamping_attributes_keeps_what_is_there(tmp_path):
     out = tmp_path / "c.h5"
     h5log.write_record(out, "test", "x", tables={"t": _rows(1)})
@@ -466,7 +496,7 @@ def test_no_space_to_land_keeps_the_run_beside(tmp_path, monkeypatch):
 
     def full(src, dst):
         raise OSError(28, os.strerror(28), str(dst))
-    monkeypatch.setattr(h5log.shutil, "copyfile", full)
+    monkeypatch.setattr(h5log, "_copy_new", full)
     with pytest.raises(h5log.WriteFailed) as err:
         run.close()
     kept = err.value.kept
@@ -488,7 +518,7 @@ def test_whole_files_and_stamps_under_no_space(tmp_path, monkeypatch):
         with h5log.whole_file(out) as f:
             f["a"] = np.ones(1 << 16)
     disk.free = 1 << 40
-    monkeypatch.setattr(h5log.shutil, "copyfile", lambda a, b: (_ for _ in ()).throw(OSError(122, "quota")))
+    monkeypatch.setattr(h5log, "_copy_new", lambda a, b: (_ for _ in ()).throw(OSError(122, "quota")))
     with pytest.raises(h5log.WriteFailed, match="exceeded the disk quota.*attributes were not added"):
         h5log.update_file_attrs(out, {"SLURM_JOB_ID": "1"})
     monkeypatch.undo()
