@@ -254,14 +254,21 @@ def shm_dir(setting: str = "") -> str:
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENOMEM)
 
 
+def _reserve(fd: int, nbytes: int) -> None:
+    """Size the new memory behind ``fd`` and take its pages now: a page of sparse shared
+    memory that cannot be had when first touched is a SIGBUS, which no rank can catch
+    or tell the others about."""
+    os.ftruncate(fd, nbytes)
+    if nbytes and hasattr(os, "posix_fallocate"):
+        os.posix_fallocate(fd, 0, nbytes)
+
+
 def _new_memory(nbytes: int) -> tuple:
     """(the path through which other processes open it, descriptor) of new anonymous
-    shared memory of ``nbytes`` (memfd), its pages reserved now as in ``_new_file``."""
+    shared memory of ``nbytes`` (memfd), reserved."""
     fd = os.memfd_create(f"hpccoll-{os.getpid()}", os.MFD_CLOEXEC)
     try:
-        os.ftruncate(fd, nbytes)
-        if nbytes and hasattr(os, "posix_fallocate"):
-            os.posix_fallocate(fd, 0, nbytes)
+        _reserve(fd, nbytes)
     except OSError:
         os.close(fd)
         raise
@@ -269,9 +276,7 @@ def _new_memory(nbytes: int) -> tuple:
 
 
 def _new_file(nbytes: int, where: str) -> tuple:
-    """A new, private, zero-filled file of ``nbytes`` whose pages are reserved now: a page
-    of a sparse tmpfs file that cannot be had when first touched is a SIGBUS, which no
-    rank can catch or tell the others about."""
+    """(path, descriptor) of a new, private file of ``nbytes`` in ``where``, reserved."""
     for _ in range(8):
         path = os.path.join(where, f"hpccoll-{os.getpid()}-{secrets.token_hex(6)}")
         try:
@@ -279,9 +284,7 @@ def _new_file(nbytes: int, where: str) -> tuple:
         except FileExistsError:
             continue
         try:
-            os.ftruncate(fd, nbytes)
-            if nbytes and hasattr(os, "posix_fallocate"):
-                os.posix_fallocate(fd, 0, nbytes)
+            _reserve(fd, nbytes)
         except OSError:
             os.close(fd)
             os.unlink(path)
