@@ -185,6 +185,18 @@ static void stream_copy(char *restrict d, const char *restrict s, size_t n) {
 #define stream_copy copy_bytes
 #endif
 
+/* OSError(err, message), errno attribute set (a peer's buffer not where this rank expects
+ * it, EFAULT, is how ranks that disagree on a root look here: engine/task.py). */
+static void os_error(int err, PyObject *message) {
+    if (message == NULL)
+        return;
+    PyObject *args = Py_BuildValue("(iN)", err, message);
+    if (args != NULL) {
+        PyErr_SetObject(PyExc_OSError, args);
+        Py_DECREF(args);
+    }
+}
+
 /* A peer's bytes, read (write 0) or written (write 1) where they lie in its process; the
  * kernel may stop short at a page it cannot take at once: go on from there.  0, or the
  * errno. */
@@ -350,11 +362,10 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             int err = move_peer(write, at(bufs, ins[1], ins[2]), ins[4], there + ins[5],
                                 ins[6]);
             if (err) {
-                errno = err;
-                PyErr_Format(PyExc_OSError, "%s of %lld bytes %s process %lld: %s",
-                             write ? "process_vm_writev" : "process_vm_readv",
-                             (long long)ins[6], write ? "to" : "from", (long long)ins[4],
-                             strerror(err));
+                os_error(err, PyUnicode_FromFormat(
+                    "%s of %lld bytes %s process %lld: %s",
+                    write ? "process_vm_writev" : "process_vm_readv", (long long)ins[6],
+                    write ? "to" : "from", (long long)ins[4], strerror(err)));
                 goto fail;
             }
             break;
@@ -552,10 +563,9 @@ static int ref_read(const int64_t *L, int64_t q, int64_t seq, char *d, int64_t o
     }
     int err = move_peer(0, d, c[1], (int64_t)(intptr_t)src, n);
     if (err) {
-        errno = err;
-        PyErr_Format(PyExc_OSError, "cells: process_vm_readv of %lld bytes from rank %lld "
-                     "(process %lld): %s", (long long)n, (long long)q, (long long)c[1],
-                     strerror(err));
+        os_error(err, PyUnicode_FromFormat(
+            "cells: process_vm_readv of %lld bytes from rank %lld (process %lld): %s",
+            (long long)n, (long long)q, (long long)c[1], strerror(err)));
         return -1;
     }
     return 0;

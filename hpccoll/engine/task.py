@@ -10,6 +10,7 @@ Tasks are only touched by whoever holds the engine (its thread, or a thread in w
 """
 from __future__ import annotations
 
+import errno
 import time
 from time import monotonic
 
@@ -193,6 +194,12 @@ class Task(Work):
         or a kernel or copy that failed (this collective's failure, not the engine's)."""
         if isinstance(exc, MPI.Exception):
             self._mpi_error(exc)
+        elif isinstance(exc, OSError) and exc.errno == errno.EFAULT:
+            self._suspect(CollectiveMismatch(
+                f"collective {self.ident} on communicator {self.comm.name!r}: a peer's "
+                "buffer this rank reads or writes in place was not where or as large as "
+                "this rank expects; ranks disagree on the root, count or dtype (this rank: "
+                f"{self.describe()}; {exc.strerror})", local=True))
         elif isinstance(exc, CollectiveMismatch):
             self.fail(exc)
         else:
@@ -220,13 +227,16 @@ class Task(Work):
             return
         peers = sorted({self.comm.world_ranks[p] for p in self.lane.recv_peers()})
         source = f"rank(s) {peers}" if peers else "a peer"
-        error = CollectiveMismatch(
+        self._suspect(CollectiveMismatch(
             f"collective {self.ident} on communicator {self.comm.name!r}: a message from "
             f"{source} was longer than this rank expects; ranks disagree on the count "
             f"or dtype (this rank: {self.describe()}; MPI: {exc})", ranks=tuple(peers),
-            local=True)
-        # the check, or a probe of the communicator's ledger, may still say who differs
-        # and how; until then the task is doomed
+            local=True))
+
+    def _suspect(self, error) -> None:
+        """What this rank saw (``error``) says the ranks disagree: the check, or a probe
+        of the communicator's ledger, may still say who differs and how; until then (or
+        TRUNCATE_GRACE) the task is doomed."""
         self.doomed = (monotonic() + TRUNCATE_GRACE, error)
         if self.check is None:
             self.comm.suspect(self)

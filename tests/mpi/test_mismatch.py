@@ -164,6 +164,31 @@ def test_free_names_a_rank_that_issued_more(mpi_world):
     mpi_world.Barrier()
 
 
+@pytest.mark.parametrize("coll", ["gather", "scatter"])
+@pytest.mark.parametrize("per_rank", [1 << 20, 4 << 20])
+def test_a_root_mismatch_in_single_copy_raises_collective_mismatch(coll, per_rank, mpi_world):
+    """Ranks 0 and 1 each name themselves the root of a gather or scatter large enough to
+    move by single copy (each reads or writes a peer's buffer in place): the peer's
+    buffer is not what this rank expects (EFAULT), which was raised raw ("Bad address");
+    now every rank raises the CollectiveMismatch naming the root, from the call or (where
+    the call completed, by reference beyond 2 ranks) from close()."""
+    r, n = mpi_world.rank, mpi_world.size
+    m = per_rank // 4
+    root = min(r, 1)
+    with pytest.raises(CollectiveMismatch) as info:
+        with hpccoll.init(timeout=30) as ctx:
+            comm = ctx.world
+            if coll == "gather":
+                work = comm.gather(np.ones(m, np.float32), np.empty(m * n, np.float32),
+                                   root=root)
+            else:
+                work = comm.scatter(np.ones(m * n, np.float32), np.empty(m, np.float32),
+                                    root=root)
+            work.wait(timeout=30)
+    assert "root" in info.value.fields, str(info.value)
+    mpi_world.Barrier()
+
+
 def test_close_raises_a_verdict_that_no_call_has_carried(mpi_world):
     """A note finds the mismatch after its collective completed and no call follows on
     that communicator: the verdict broke it on every rank, and close() raises it on every
