@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import sys
 import time
@@ -106,9 +107,7 @@ class Context:
         self.calibration, self.calibration_note = self._load_calibration()
         self._engine = Engine(self, self.settings, self._ctl)
         self.world = Communicator(self, base.Dup(), "world", "w")
-        global _MADE
-        _MADE += 1
-        self._made = _MADE     # creation order: the same on every rank (init is collective)
+        self._made = next(_MADE)   # creation order: the same on every rank (init is collective)
         _OPEN.add(self)
         _close_before_finalize(MPI)
         if self.settings.calibration == "init":
@@ -540,7 +539,7 @@ def close_open(failed: bool = False, why: str = "") -> None:
             ctx._abandon()
 
 
-_MADE = 0
+_MADE = itertools.count()
 _FINALIZE_HOOK: list = []
 
 

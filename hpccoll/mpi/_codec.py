@@ -37,6 +37,7 @@ import zlib
 import numpy as np
 
 from ..errors import CollectiveMismatch, HpcCollError
+from ..base.ops import OPS
 from ._types import MPI
 
 WORDS = 16
@@ -80,11 +81,15 @@ _DOUBLE = _struct("<d")
 
 
 _OP_SHIFT = 40                # word 1: method (8 bits), root (32), op (22)
-_OPS = ((MPI.SUM, "SUM"), (MPI.PROD, "PROD"), (MPI.MAX, "MAX"), (MPI.MIN, "MIN"),
-        (MPI.LAND, "LAND"), (MPI.BAND, "BAND"), (MPI.LOR, "LOR"), (MPI.BOR, "BOR"),
-        (MPI.LXOR, "LXOR"), (MPI.BXOR, "BXOR"), (MPI.MAXLOC, "MAXLOC"),
-        (MPI.MINLOC, "MINLOC"), (MPI.REPLACE, "REPLACE"), (MPI.NO_OP, "NO_OP"))
+_NAMED = tuple(OPS)           # MPI's ops hpccoll names (base/ops.py), by their code - 1
+# and those it does not, codes after them
+_OTHER_OPS = ((MPI.MAXLOC, "MAXLOC"), (MPI.MINLOC, "MINLOC"), (MPI.REPLACE, "REPLACE"),
+              (MPI.NO_OP, "NO_OP"))
 _USER_OP = 1 << 16
+# (op, code) pairs, looked through by identity (an MPI.Op is unhashable): the per-call path
+# of every lowercase reduction
+_CODES = tuple((getattr(MPI, OPS[n].mpi), 1 + i) for i, n in enumerate(_NAMED)) + \
+    tuple((o, 1 + len(_NAMED) + i) for i, (o, _) in enumerate(_OTHER_OPS))
 
 
 def meta(method: int, root: int, op: int = 0) -> int:
@@ -94,22 +99,24 @@ def meta(method: int, root: int, op: int = 0) -> int:
 
 
 def op_code(op) -> int:
-    """What word 1 says of a reduction's op, the same on every rank for the same op: 1-14
-    for MPI's predefined ones (found by identity: an MPI.Op is unhashable), else a hash
-    of the callable's qualified name (every MPI.Op made by MPI.Op.Create is one op)."""
-    for i, (known, _) in enumerate(_OPS):
+    """What word 1 says of a reduction's op, the same on every rank for the same op: a
+    small code for MPI's predefined ones, else a hash of the callable's qualified name
+    (every MPI.Op made by MPI.Op.Create is one op)."""
+    for known, code in _CODES:
         if op is known:
-            return i + 1
+            return code
     if isinstance(op, MPI.Op):
         return _USER_OP
     name = (f"{getattr(op, '__module__', None) or type(op).__module__}."
             f"{getattr(op, '__qualname__', None) or type(op).__qualname__}")
-    return _USER_OP | 1 + (zlib.crc32(name.encode()) & 0xFFFE)
+    return _USER_OP | (1 + (zlib.crc32(name.encode()) & 0xFFFE))
 
 
 def _op_name(code: int) -> str:
-    if 0 < code <= len(_OPS):
-        return _OPS[code - 1][1]
+    if 0 < code <= len(_NAMED):
+        return OPS[_NAMED[code - 1]].mpi
+    if code <= len(_NAMED) + len(_OTHER_OPS):
+        return _OTHER_OPS[code - 1 - len(_NAMED)][1]
     return "an MPI.Op.Create op" if code == _USER_OP else f"a Python callable #{code & 0xFFFF}"
 
 
@@ -422,8 +429,8 @@ class Table:
     # -- agreement ----------------------------------------------------------------------
     def check(self, names: dict, mine: int, rows_of=None) -> None:
         """Raise CollectiveMismatch if a row was sent by another method or with another
-        root or op than ``mine`` (``meta(method, root, op)``); every rank holding these rows raises
-        it alike.  Then raise if a sender could not encode its object."""
+        root or op than ``mine`` (``meta(method, root, op)``); every rank holding these
+        rows raises it alike.  Then raise if a sender could not encode its object."""
         ints, n = self.ints, self.n
         calls = ints[1::WORDS]
         if calls.count(mine) == n:

@@ -209,9 +209,9 @@ class Comm(BufferCalls, ObjectCalls, RootedCalls, MPI.Intracomm):
         communicator over it, whose ``free()`` compares the members' last collectives (it
         waits for the other members' Free, as a collective may) and raises the
         CollectiveMismatch it finds on every member.  The hpccoll context stays up for the
-        other adapters on it, until ``context.close()`` or the end of the program.  Afterwards this adapter and the wrapped communicator both
-        equal MPI.COMM_NULL; if the wrapped one was freed first, the handle is not freed
-        again."""
+        other adapters on it, until ``context.close()`` or the end of the program.
+        Afterwards this adapter and the wrapped communicator both equal MPI.COMM_NULL; if
+        the wrapped one was freed first, the handle is not freed again."""
         self._release(self._mpi.Free, "Free")
 
     def Disconnect(self) -> None:

@@ -316,8 +316,9 @@ def create(comm, world_ranks, node_of, settings, fence_of) -> Optional[dict]:
     The node's first rank creates the memory and the others map it after an allgather of
     its name; once all have, the creator's descriptor is closed (a file is unlinked).
     Anonymous memory has no name at all, so a job killed at any moment, inside this call
-    too, leaves nothing in /dev/shm.  No MPI communicator is made for it (a window would take two contexts of
-    the ~2,000 MPICH has), and an error on any rank is every rank's (ResourcesExhausted)."""
+    too, leaves nothing in /dev/shm.  No MPI communicator is made for it (a window would
+    take two contexts of the ~2,000 MPICH has), and an error on any rank is every rank's
+    (ResourcesExhausted)."""
     if not settings.shm or comm.Get_size() == 1:
         return None
     rank = comm.Get_rank()
